@@ -1,0 +1,488 @@
+"""What one parsed file holds, in the terms our rules ask about.
+
+Built once per file: the import table, the autograd Functions (classes, setup_context style,
+`torch.library.custom_op` with `register_autograd`), the nn.Module classes, and one `Walk` per
+function. Rules read this model; they never traverse the syntax tree themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterator
+
+import libcst as cst
+
+from gradlint import torch_api as api
+from gradlint.flow import _SCALAR_LIKE, FunctionRole, Walk, Walker, looks_like_module
+from gradlint.names import ImportTable, dotted
+from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
+
+
+@dataclass
+class AutogradFunction:
+    """One custom autograd op: a Function subclass or a custom_op with register_autograd."""
+
+    name: str
+    node: cst.CSTNode
+    style: str  # "ctx" (forward(ctx, ...)), "setup_context", or "custom_op"
+    forward: cst.FunctionDef | None
+    backward: cst.FunctionDef | None
+    setup_context: cst.FunctionDef | None = None
+    op_name: str | None = None  # "ns::name" for custom ops
+
+    @property
+    def forward_inputs(self) -> list[cst.Param] | None:
+        """The inputs backward must return a gradient for (ctx excluded); None when they
+        cannot be counted (*args, **kwargs, no forward)."""
+        if self.forward is None:
+            return None
+        params = self.forward.params
+        if not isinstance(params.star_arg, cst.MaybeSentinel) or params.star_kwarg is not None:
+            return None
+        listed = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+        return listed[1:] if self.style == "ctx" else listed
+
+    @property
+    def backward_node_name(self) -> str:
+        """The name torch gives the backward node in its error messages."""
+        if self.style == "custom_op" and self.op_name:
+            return f"GeneratedBackwardFor_{self.op_name.replace('::', '_').replace('.', '_')}_defaultBackward"
+        return f"{self.name}Backward"
+
+
+@dataclass
+class ModuleClass:
+    name: str
+    node: cst.ClassDef
+    lightning: bool
+    methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    attributes: dict[str, Val] = field(default_factory=dict)  # what __init__ put on self
+
+
+@dataclass
+class _ClassInfo:
+    node: cst.ClassDef
+    bases: list[str]
+    methods: dict[str, cst.FunctionDef]
+    nested: bool
+
+
+class FileModel:
+    def __init__(self, module: cst.Module, path: str = "<string>"):
+        self.module = module
+        self.path = path
+        self.imports = ImportTable()
+        self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs, by name
+        self.module_names: set[str] = set()
+        self._module_values: dict[str, Val] = {}
+        self._classes: list[_ClassInfo] = []
+        self._all_functions: list[tuple[cst.FunctionDef, _ClassInfo | None]] = []
+        self._custom_ops: dict[str, tuple[cst.FunctionDef, str | None]] = {}
+        self._autograd_registrations: list[tuple[str, str | None, str | None]] = []
+        self._scan(module.body, owner=None, top=True)
+        self.function_classes, self.module_classes = self._classify()
+        self.function_class_names = {f.name for f in self.function_classes}
+        self.module_class_names = {m.name for m in self.module_classes}
+        for module_class in self.module_classes:
+            module_class.attributes = self._init_attributes(module_class)
+
+    # ----- the statement-level scan (expressions are left to the walks) ---------------------
+
+    def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: bool = False) -> None:
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    self._scan_small(small, top)
+            elif isinstance(statement, cst.ClassDef):
+                info = _ClassInfo(statement, [self.imports.qualify(b.value) or "" for b in statement.bases],
+                                  {}, nested=not top)
+                self._classes.append(info)
+                if top:
+                    self.module_names.add(statement.name.value)
+                self._scan(statement.body.body, owner=info, top=False, in_function=in_function)
+            elif isinstance(statement, cst.FunctionDef):
+                if owner is not None:
+                    owner.methods[statement.name.value] = statement
+                if top:
+                    self.functions[statement.name.value] = statement
+                    self.module_names.add(statement.name.value)
+                    self._note_custom_op(statement)
+                self._all_functions.append((statement, owner))
+                self._scan(statement.body.body, owner=None, top=False, in_function=True)
+            else:
+                for block in _blocks(statement):
+                    self._scan(block, owner=owner, top=top, in_function=in_function)
+
+    def _scan_small(self, small: cst.BaseSmallStatement, top: bool) -> None:
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            self.imports.add(small)
+            if top:
+                for alias in small.names if not isinstance(small.names, cst.ImportStar) else ():
+                    bound = alias.asname.name if alias.asname else alias.name
+                    name = dotted(bound)  # type: ignore[arg-type]
+                    if name:
+                        self.module_names.add(name.split(".")[0])
+        elif top and isinstance(small, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            for target in targets:
+                if isinstance(target, cst.Name):
+                    self.module_names.add(target.value)
+                    if small.value is not None:
+                        self._module_values[target.value] = self._module_level_value(small.value)
+        elif top and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            self._note_register_autograd(small.value)
+
+    def _module_level_value(self, value: cst.BaseExpression) -> Val:
+        if isinstance(value, (cst.List, cst.Dict, cst.Tuple)):
+            return Val(Kind.CONTAINER)
+        if isinstance(value, cst.Call):
+            name = self.imports.qualify(value.func) if isinstance(value.func, (cst.Name, cst.Attribute)) else None
+            if name in ("list", "dict", "collections.deque", "collections.defaultdict", "deque", "defaultdict"):
+                return Val(Kind.CONTAINER)
+        return UNKNOWN
+
+    def _note_custom_op(self, function: cst.FunctionDef) -> None:
+        for decorator in function.decorators:
+            call = decorator.decorator
+            if not isinstance(call, cst.Call):
+                continue
+            name = self.imports.qualify(call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None
+            if name in ("torch.library.custom_op", "torch._library.custom_ops.custom_op"):
+                op_name = None
+                if call.args and isinstance(call.args[0].value, cst.SimpleString):
+                    op_name = str(call.args[0].value.evaluated_value)
+                self._custom_ops[function.name.value] = (function, op_name)
+
+    def _note_register_autograd(self, call: cst.Call) -> None:
+        func = call.func
+        backward = setup = None
+        positional = [a.value for a in call.args if a.keyword is None]
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "setup_context":
+                setup = dotted(arg.value)
+            if arg.keyword is not None and arg.keyword.value == "backward":
+                backward = dotted(arg.value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "register_autograd":
+            qualified = self.imports.qualify(func)
+            if qualified == "torch.library.register_autograd":
+                op = positional[0].evaluated_value if positional and isinstance(positional[0], cst.SimpleString) else None
+                op_function = next((name for name, (_, op_name) in self._custom_ops.items() if op_name == op), None)
+                backward = backward or (dotted(positional[1]) if len(positional) > 1 else None)
+            else:
+                op_function = dotted(func.value)
+                backward = backward or (dotted(positional[0]) if positional else None)
+            if op_function:
+                self._autograd_registrations.append((op_function, backward, setup))
+
+    # ----- classification -------------------------------------------------------------------
+
+    def _classify(self) -> tuple[list[AutogradFunction], list[ModuleClass]]:
+        function_names: set[str] = set()
+        module_names: set[str] = set()
+        lightning_names: set[str] = set()
+        changed = True
+        while changed:  # a subclass may come before its base in the file
+            changed = False
+            for info in self._classes:
+                name = info.node.name.value
+                if name not in function_names and any(
+                        b in api.FUNCTION_BASES or b in function_names for b in info.bases):
+                    function_names.add(name)
+                    changed = True
+                if name not in module_names and any(_is_module_base(b) or b in module_names for b in info.bases):
+                    module_names.add(name)
+                    changed = True
+                if name not in lightning_names and any(b in api.LIGHTNING_BASES or b in lightning_names for b in info.bases):
+                    lightning_names.add(name)
+                    changed = True
+        functions: list[AutogradFunction] = []
+        modules: list[ModuleClass] = []
+        by_name = {info.node.name.value: info for info in self._classes}
+        for info in self._classes:
+            name = info.node.name.value
+            if name in function_names:
+                methods = self._inherited_methods(info, by_name, function_names)
+                setup = methods.get("setup_context")
+                functions.append(AutogradFunction(
+                    name=name, node=info.node, style="setup_context" if setup is not None else "ctx",
+                    forward=methods.get("forward"), backward=methods.get("backward"), setup_context=setup))
+            elif name in module_names:
+                modules.append(ModuleClass(name=name, node=info.node, lightning=name in lightning_names,
+                                           methods=dict(info.methods)))
+        for op_function, backward, setup in self._autograd_registrations:
+            if op_function not in self._custom_ops:
+                continue
+            forward, op_name = self._custom_ops[op_function]
+            functions.append(AutogradFunction(
+                name=op_function, node=forward, style="custom_op", forward=forward,
+                backward=self.functions.get(backward or ""), setup_context=self.functions.get(setup or ""),
+                op_name=op_name))
+        return functions, modules
+
+    def _inherited_methods(self, info: _ClassInfo, by_name, function_names) -> dict[str, cst.FunctionDef]:
+        methods: dict[str, cst.FunctionDef] = {}
+        chain = [info]
+        seen = {info.node.name.value}
+        while True:  # same-file base classes supply what the subclass does not override
+            parent = next((by_name[b] for b in chain[-1].bases if b in function_names and b not in seen), None)
+            if parent is None:
+                break
+            seen.add(parent.node.name.value)
+            chain.append(parent)
+        for cls in reversed(chain):
+            methods.update(cls.methods)
+        return methods
+
+    def _init_attributes(self, module: ModuleClass) -> dict[str, Val]:
+        """What `__init__` puts on self: submodules, parameters, buffers, containers."""
+        attributes: dict[str, Val] = {}
+        init = module.methods.get("__init__")
+        if init is None or not init.params.params:
+            return attributes
+        self_name = init.params.params[0].name.value
+        walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=module.name))
+        walker = Walker(walk, init)
+        walker.bind_params({self_name: UNKNOWN})
+        walker.run()
+        from gradlint.flow import AttributeStore
+
+        for event in walk.of(AttributeStore):
+            if event.owner_name == self_name:
+                attributes[event.attribute] = event.value.with_(binding=None, reads=frozenset())
+        # register_buffer("name", t): a tensor that is not graph-attached.
+        for statement in _calls_in(init):
+            if isinstance(statement.func, cst.Attribute) and statement.func.attr.value in ("register_buffer", "register_parameter") \
+                    and statement.args and isinstance(statement.args[0].value, cst.SimpleString):
+                buffer = str(statement.args[0].value.evaluated_value)
+                is_param = statement.func.attr.value == "register_parameter"
+                attributes[buffer] = Val(Kind.TENSOR, param=is_param)
+        return attributes
+
+    # ----- what names at module level hold ----------------------------------------------------
+
+    def global_value(self, name: str) -> Val:
+        if name in self.module_class_names or name in self.function_class_names:
+            return UNKNOWN
+        value = self._module_values.get(name)
+        if value is not None and value.kind is not Kind.UNKNOWN:
+            return value
+        if looks_like_module(name):
+            return Val(Kind.MODULE)
+        return UNKNOWN
+
+    # ----- walks ------------------------------------------------------------------------------
+
+    @cached_property
+    def autograd_walks(self) -> list[tuple[AutogradFunction, Walk]]:
+        """forward (ctx style) or setup_context walked with ctx known, one per Function."""
+        walks = []
+        for function in self.function_classes:
+            walk = self._autograd_walk(function)
+            if walk is not None:
+                walks.append((function, walk))
+        return walks
+
+    def _autograd_walk(self, function: AutogradFunction) -> Walk | None:
+        if function.style == "ctx":
+            target = function.forward
+            if target is None or not target.params.params:
+                return None
+            ctx = target.params.params[0].name.value
+            walk = Walk(self, target, FunctionRole("forward", ctx_name=ctx, owner_class=function.name))
+            walker = Walker(walk, target)
+            bound = {ctx: Val(Kind.CTX)}
+            for param in target.params.params[1:]:
+                bound[param.name.value] = self._input_value(param, walker)
+            walker.bind_params(bound)
+            walker.run()
+            for event in walk.events:
+                from gradlint.flow import ReturnValue
+
+                if isinstance(event, ReturnValue):
+                    walk.output_bindings.update(_bindings_of(event.value))
+            return walk
+        setup = function.setup_context
+        if setup is None or len(setup.params.params) < 3:
+            return None
+        ctx, inputs, output = (p.name.value for p in setup.params.params[:3])
+        walk = Walk(self, setup, FunctionRole("setup_context", ctx_name=ctx, owner_class=function.name))
+        walker = Walker(walk, setup)
+        forward_inputs = function.forward_inputs or []
+        input_values = tuple(self._input_value(p, walker) for p in forward_inputs)
+        output_value = self._output_value(function)
+        walk.output_bindings.update(_bindings_of(output_value))
+        walker.bind_params({
+            ctx: Val(Kind.CTX),
+            inputs: Val(Kind.CONTAINER, elements=input_values, item=None if input_values else Val(Kind.TENSOR, is_input=True)),
+            output: output_value,
+        })
+        walker.run()
+        return walk
+
+    def _input_value(self, param: cst.Param, walker: Walker) -> Val:
+        """A forward input: a tensor unless the code shows it is a Python scalar."""
+        name = param.name.value
+        if param.annotation is not None:
+            text = self.module.code_for_node(param.annotation.annotation)
+            return Val(Kind.TENSOR, is_input=True) if "Tensor" in text else SCALAR
+        if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+            return SCALAR
+        if _SCALAR_LIKE.match(name) or name in walker.scan.scalar_uses:
+            return SCALAR
+        return Val(Kind.TENSOR, is_input=True)
+
+    def _output_value(self, function: AutogradFunction) -> Val:
+        """setup_context's `output`: a tuple when forward returns one, else one tensor."""
+        count = None
+        if function.forward is not None:
+            returns = function.forward.returns
+            if returns is not None:
+                text = self.module.code_for_node(returns.annotation)
+                if text.startswith(("tuple[", "Tuple[", "typing.Tuple[")):
+                    count = text.count(",") + 1
+            for node in _returns_in(function.forward):
+                if isinstance(node.value, cst.Tuple):
+                    count = len(node.value.elements)
+        if count:
+            return Val(Kind.CONTAINER, elements=tuple(
+                Val(Kind.TENSOR, binding=new_binding()) for _ in range(count)), binding=new_binding())
+        return Val(Kind.TENSOR, binding=new_binding())
+
+    @cached_property
+    def walks(self) -> list[Walk]:
+        """Every function (and the module's top level) walked as ordinary code."""
+        autograd_methods = set()
+        for function in self.function_classes:
+            for method in (function.forward, function.backward, function.setup_context):
+                if method is not None:
+                    autograd_methods.add(id(method))
+        modules_by_node = {id(m.node): m for m in self.module_classes}
+        result = [self._plain_walk(self.module, FunctionRole("module"))]
+        for function, owner in self._all_functions:
+            if id(function) in autograd_methods:
+                continue
+            role = FunctionRole("function")
+            module = modules_by_node.get(id(owner.node)) if owner is not None else None
+            if owner is not None and function.params.params and not _is_static(function):
+                role.self_name = function.params.params[0].name.value
+                role.owner_class = owner.node.name.value
+                role.kind = "method"
+            if module is not None:
+                role.self_attributes = module.attributes
+                name = function.name.value
+                role.kind = "module_forward" if name == "forward" else "module_method"
+                if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
+                    role.no_grad = True
+            if _decorated_no_grad(function, self.imports):
+                role.no_grad = True
+            result.append(self._plain_walk(function, role))
+        return result
+
+    def _plain_walk(self, function: cst.FunctionDef | cst.Module, role: FunctionRole) -> Walk:
+        walk = Walk(self, function, role)
+        walker = Walker(walk, function)
+        if isinstance(function, cst.FunctionDef):
+            params = {}
+            for param in _all_params(function):
+                name = param.name.value
+                params[name] = Val(Kind.MODULE) if looks_like_module(name) else UNKNOWN
+            walker.bind_params(params)
+        walker.run()
+        return walk
+
+
+def _is_module_base(name: str) -> bool:
+    if name in api.MODULE_BASES:
+        return True
+    if name.startswith("torch.nn.") and name.count(".") == 2:
+        last = name.rsplit(".", 1)[-1]
+        return last[:1].isupper() and last not in api.NN_NOT_MODULES
+    return False
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(dotted(d.decorator) in ("staticmethod",) for d in function.decorators)
+
+
+def _decorated_no_grad(function: cst.FunctionDef, imports: ImportTable) -> bool:
+    for decorator in function.decorators:
+        expr = decorator.decorator
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        if isinstance(target, (cst.Name, cst.Attribute)) and imports.qualify(target) in api.NO_GRAD_CONTEXTS:
+            return True
+    return False
+
+
+def _all_params(function: cst.FunctionDef) -> Iterator[cst.Param]:
+    params = function.params
+    yield from params.posonly_params
+    yield from params.params
+    yield from params.kwonly_params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    if params.star_kwarg is not None:
+        yield params.star_kwarg
+
+
+def _blocks(statement: cst.CSTNode) -> Iterator:
+    """The statement lists nested in a compound statement (not functions or classes)."""
+    if isinstance(statement, (cst.If, cst.For, cst.While, cst.With)):
+        yield statement.body.body
+        orelse = getattr(statement, "orelse", None)
+        while orelse is not None:
+            if isinstance(orelse, cst.If):
+                yield orelse.body.body
+                orelse = orelse.orelse
+            else:
+                yield orelse.body.body
+                orelse = None
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        yield statement.body.body
+        for handler in statement.handlers:
+            yield handler.body.body
+        if statement.orelse is not None:
+            yield statement.orelse.body.body
+        if statement.finalbody is not None:
+            yield statement.finalbody.body.body
+    elif isinstance(statement, cst.Match):
+        for case in statement.cases:
+            yield case.body.body
+
+
+def _returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
+    """The function's own return statements (nested functions excluded)."""
+    def statements(block) -> Iterator[cst.Return]:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine):
+                yield from (s for s in statement.body if isinstance(s, cst.Return))
+            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                for inner in _blocks(statement):
+                    yield from statements(inner)
+
+    return statements(function.body.body)
+
+
+def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
+    def statements(block) -> Iterator[cst.Call]:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                        yield small.value
+            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                for inner in _blocks(statement):
+                    yield from statements(inner)
+
+    return statements(function.body.body)
+
+
+def _bindings_of(value: Val) -> set[int]:
+    found = {value.binding} if value.binding is not None else set()
+    for element in value.elements:
+        found |= _bindings_of(element)
+    return found
+
+
+returns_in = _returns_in
+blocks_of = _blocks

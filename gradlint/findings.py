@@ -1,0 +1,47 @@
+"""The plain data every part passes around: severities, findings, per-file results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Severity(enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls(text.lower())
+        except ValueError:
+            raise ValueError(f"unknown severity {text!r}: use error, warning or note") from None
+
+
+DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/README.md#{code}"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    path: str
+    line: int
+    column: int
+    code: str
+    message: str
+    name: str = ""
+    severity: Severity = field(default=Severity.ERROR, compare=False)
+    end_line: int = 0
+    end_column: int = 0
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code.lower())
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    analyzed: bool = False  # parsed and run through the rules (False: skipped by the text pre-filter)
+    internal_error: str | None = None  # a crash inside gradlint itself while checking this file

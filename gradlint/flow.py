@@ -1,0 +1,867 @@
+"""Walk one function's statements in order and record what the rules ask about.
+
+The walker evaluates each expression to a `Val` (see values.py) and records *events*: a value
+stored on an attribute, put into a container, bound to a name, saved for backward, returned.
+Rules filter events; none of them walks syntax on its own. The walk is flow-insensitive where
+that is conservative (both branches of an `if` are walked, the later binding wins) and a loop
+body is walked once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from gradlint import torch_api as api
+from gradlint.names import dotted
+from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
+
+if TYPE_CHECKING:
+    from gradlint.file_model import FileModel
+
+
+# A name that is almost always a module or a loss function in training code.
+_MODULE_LIKE = re.compile(
+    r"(^|_)(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|"
+    r"lossfn|generator|discriminator)$"
+)
+# Forward parameters named like this hold Python scalars in practice (dim, k, eps, ...).
+_SCALAR_LIKE = re.compile(
+    r"^(dim|dims|axis|k|eps|alpha|beta|p|scale|reduce|reduction|mode|inplace|training|size|shape|"
+    r"stride|padding|dilation|groups|kernel_size|dim_size|num_\w+|n_\w+|\w+_size|\w+_dim|\w+_dims|"
+    r"\w+_shape|is_\w+|use_\w+|deterministic|chunk|chunks)$"
+)
+# Iterables of a training or evaluation loop.
+_LOOP_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
+
+
+def looks_like_module(name: str) -> bool:
+    return bool(_MODULE_LIKE.search(name.split(".")[-1].lower()))
+
+
+@dataclass(frozen=True)
+class Loop:
+    node: cst.For | cst.While
+    # Calls backward()/step()/zero_grad() or iterates a loader: one iteration is one step.
+    is_step_loop: bool
+    # Names created afresh inside the body (a container made here lives one iteration).
+    fresh_names: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where an event happened: the statement, its loops, and whether grad mode was off."""
+
+    node: cst.CSTNode
+    loops: tuple[Loop, ...]
+    no_grad: bool
+
+
+@dataclass(frozen=True)
+class AttributeStore:
+    where: Where
+    owner: Val  # what the attribute is set on (Kind.CTX for ctx)
+    owner_name: str  # `ctx`, `self`, `self.stats`, ...
+    attribute: str
+    value: Val
+    augmented: bool = False  # `+=`
+    target: cst.CSTNode | None = None  # the `ctx.x` being assigned (the call, for setattr)
+
+    @property
+    def node(self) -> cst.CSTNode:
+        return self.target if self.target is not None else self.where.node
+
+
+@dataclass(frozen=True)
+class NameStore:
+    where: Where
+    name: str
+    scope: str  # local, global, closure, param
+    value: Val  # the value stored (for `+=`: the right-hand side)
+    augmented: bool = False
+    chained: bool = False  # the new value reads the old one: `total = total + loss`
+
+
+@dataclass(frozen=True)
+class ContainerAdd:
+    where: Where
+    container: cst.BaseExpression
+    container_name: str | None
+    scope: str  # local, global, closure, param, attribute, self-attribute
+    method: str  # append, extend, insert, setitem, setdefault, update, +=
+    value: Val
+
+
+@dataclass(frozen=True)
+class SavedForBackward:
+    where: Where
+    arguments: tuple[tuple[cst.BaseExpression, Val], ...]
+
+
+@dataclass(frozen=True)
+class ReturnValue:
+    where: Where
+    value: Val
+
+
+Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | ReturnValue
+
+
+@dataclass
+class FunctionRole:
+    """How a function is walked: which parameter is ctx or self, what they stand for."""
+
+    kind: str  # "forward", "setup_context", "module_method", "plain"
+    ctx_name: str | None = None
+    self_name: str | None = None
+    self_attributes: dict[str, Val] = field(default_factory=dict)
+    owner_class: str | None = None
+    no_grad: bool = False
+
+
+class Walk:
+    """The events of one function walked under one role."""
+
+    def __init__(self, model: "FileModel", function: cst.FunctionDef | cst.Module, role: FunctionRole):
+        self.model = model
+        self.function = function
+        self.role = role
+        self.events: list[Event] = []
+        # Bindings that forward returns (or setup_context receives as `output`).
+        self.output_bindings: set[int] = set()
+
+    def of(self, kind: type) -> Iterator:
+        return (e for e in self.events if isinstance(e, kind))
+
+    def is_output(self, v: Val) -> bool:
+        return v.binding in self.output_bindings
+
+    def is_view_of_output(self, v: Val) -> bool:
+        return bool(v.view_of & self.output_bindings) and not self.is_output(v)
+
+
+class _Prescan(cst.CSTVisitor):
+    """One cheap pass over a function body (nested scopes excluded) for the facts the walk
+    needs before it starts: which names are assigned, declared global, fed to backward()."""
+
+    def __init__(self) -> None:
+        self.assigned: set[str] = set()
+        self.augmented: set[str] = set()  # only ever `x += ...`: updated, never created here
+        self.declared_global: set[str] = set()
+        self.declared_nonlocal: set[str] = set()
+        self.backward_roots: set[str] = set()
+        self.scalar_uses: set[str] = set()
+        self.step_calls = False
+        self._depth = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._depth += 1
+        return self._depth == 1
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._depth -= 1
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.declared_global.update(n.name.value for n in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.declared_nonlocal.update(n.name.value for n in node.names)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.assigned.update(_target_names(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.assigned.update(_target_names(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.augmented.update(_target_names(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.assigned.update(_target_names(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.assigned.update(_target_names(node.asname.name))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.assigned.update(_target_names(node.target))
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.test, cst.Name):
+            self.scalar_uses.add(node.test.value)
+
+    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+        if isinstance(node.operator, cst.Not) and isinstance(node.expression, cst.Name):
+            self.scalar_uses.add(node.expression.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in ("backward",):
+                self.backward_roots.update(_roots(func.value))
+            if method in ("step", "zero_grad", "backward"):
+                self.step_calls = True
+            if method in api.SHAPE_TAKING_METHODS:
+                self._scalar_args(node)
+        name = dotted(func)
+        if name in api.SCALAR_CONVERSIONS or (name or "").split(".")[-1] in ("zeros", "ones", "empty", "full", "arange", "randn", "rand", "eye"):
+            self._scalar_args(node)
+        if name in ("torch.autograd.backward", "torch.autograd.grad", "autograd.backward", "autograd.grad") and node.args:
+            self.backward_roots.update(_roots(node.args[0].value))
+        for arg in node.args:
+            kw = arg.keyword.value if arg.keyword else None
+            if kw in ("dim", "k", "dim_size", "num_segments", "size", "axis", "eps") and isinstance(arg.value, cst.Name):
+                self.scalar_uses.add(arg.value.value)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        # x.shape[p] / x.size()[p]: p is an int.
+        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+            for element in node.slice:
+                if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name):
+                    self.scalar_uses.add(element.slice.value.value)
+
+    def _scalar_args(self, node: cst.Call) -> None:
+        for arg in node.args:
+            if isinstance(arg.value, cst.Name) and arg.keyword is None:
+                self.scalar_uses.add(arg.value.value)
+
+
+def _target_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
+
+
+def _roots(expr: cst.BaseExpression) -> Iterator[str]:
+    """Names a `.backward()` receiver is computed from: `(loss / acc).backward()` -> loss."""
+    if isinstance(expr, cst.Name):
+        yield expr.value
+    elif isinstance(expr, cst.BinaryOperation):
+        yield from _roots(expr.left)
+        yield from _roots(expr.right)
+    elif isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute):
+            yield from _roots(expr.func.value)
+        for arg in expr.args:
+            yield from _roots(arg.value)
+    elif isinstance(expr, cst.Subscript):
+        yield from _roots(expr.value)
+
+
+def _prescan(node: cst.CSTNode) -> _Prescan:
+    scan = _Prescan()
+    node.visit(scan)
+    return scan
+
+
+def _loop_info(node: cst.For | cst.While) -> Loop:
+    scan = _Prescan()
+    scan._depth = 1  # the loop body is inside the function already
+    node.body.visit(scan)
+    iterable = node.iter if isinstance(node, cst.For) else node.test
+    iter_text = cst.Module(body=[]).code_for_node(iterable)
+    fresh = set(scan.assigned)
+    # `total = total + loss` rebinds total but does not create it afresh in the loop.
+    fresh -= _self_referencing_assignments(node.body)
+    fresh -= scan.declared_global | scan.declared_nonlocal
+    step = scan.step_calls or bool(_LOOP_ITERABLE.search(iter_text))
+    return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
+
+
+def _self_referencing_assignments(body: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            read = {n.value for n in _names_in(node.value)}
+            for target in node.targets:
+                if isinstance(target.target, cst.Name) and target.target.value in read:
+                    found.add(target.target.value)
+
+    body.visit(V())
+    return found
+
+
+def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
+    if isinstance(expr, cst.Name):
+        yield expr
+        return
+    for child in expr.children:
+        if isinstance(child, cst.CSTNode):
+            yield from _names_in(child)
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _int_literal(expr: cst.BaseExpression) -> int | None:
+    if isinstance(expr, cst.Integer):
+        return int(expr.value.replace("_", ""), 0)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = _int_literal(expr.expression)
+        return -inner if inner is not None else None
+    return None
+
+
+class Walker:
+    """Evaluates one function body under a role and appends events to a `Walk`."""
+
+    MAX_CALL_DEPTH = 3
+
+    def __init__(
+        self,
+        walk: Walk,
+        function: cst.FunctionDef | cst.Module,
+        env: dict[str, Val] | None = None,
+        depth: int = 0,
+        enclosing: dict[str, Val] | None = None,
+        nested_defs: dict[str, cst.FunctionDef] | None = None,
+    ):
+        self.walk = walk
+        self.model = walk.model
+        self.role = walk.role
+        self.function = function
+        self.env: dict[str, Val] = dict(env or {})
+        self.enclosing = enclosing or {}
+        self.depth = depth
+        self.loops: list[Loop] = []
+        self.no_grad = walk.role.no_grad
+        self.nested_defs: dict[str, cst.FunctionDef] = dict(nested_defs or {})
+        body = function.body if isinstance(function, cst.FunctionDef) else function
+        self.scan = _prescan(function if isinstance(function, cst.FunctionDef) else body)
+        self.params: set[str] = set()
+
+    # ----- entry points ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        if isinstance(self.function, cst.Module):
+            self._block(self.function.body)
+        else:
+            self._block(self.function.body.body)
+
+    def bind_params(self, values: dict[str, Val]) -> None:
+        for name, value in values.items():
+            self.params.add(name)
+            self.env[name] = value if value.binding is not None else value.with_(binding=new_binding())
+
+    # ----- statements -----------------------------------------------------------------------
+
+    def _block(self, statements) -> None:
+        for statement in statements:
+            self._statement(statement)
+
+    def _statement(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                self._small(small)
+        elif isinstance(node, cst.If):
+            self.ev(node.test)
+            self._block(node.body.body)
+            orelse = node.orelse
+            if isinstance(orelse, cst.If):
+                self._statement(orelse)
+            elif orelse is not None:
+                self._block(orelse.body.body)
+        elif isinstance(node, (cst.For, cst.While)):
+            self._loop(node)
+        elif isinstance(node, cst.With):
+            self._with(node)
+        elif isinstance(node, (cst.Try, cst.TryStar)):
+            self._block(node.body.body)
+            for handler in node.handlers:
+                self._block(handler.body.body)
+            if node.orelse is not None:
+                self._block(node.orelse.body.body)
+            if node.finalbody is not None:
+                self._block(node.finalbody.body.body)
+        elif isinstance(node, cst.FunctionDef):
+            self.nested_defs[node.name.value] = node
+        elif isinstance(node, cst.Match):
+            self.ev(node.subject)
+            for case in node.cases:
+                self._block(case.body.body)
+        elif isinstance(node, cst.IndentedBlock):
+            self._block(node.body)
+
+    def _small(self, node: cst.BaseSmallStatement) -> None:
+        line = node  # findings point at the statement itself, not its whole line
+        if isinstance(node, cst.Assign):
+            value = self.ev(node.value)
+            for target in node.targets:
+                self._bind(target.target, value, line)
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None:
+                self._bind(node.target, self.ev(node.value), line)
+        elif isinstance(node, cst.AugAssign):
+            self._augmented(node, line)
+        elif isinstance(node, cst.Expr):
+            self.ev(node.value)
+        elif isinstance(node, cst.Return):
+            value = self.ev(node.value) if node.value is not None else SCALAR
+            self.walk.events.append(ReturnValue(self._where(line), value))
+        elif isinstance(node, (cst.Raise, cst.Assert)):
+            for child in node.children:
+                if isinstance(child, cst.BaseExpression):
+                    self.ev(child)
+
+    def _loop(self, node: cst.For | cst.While) -> None:
+        loop = _loop_info(node)
+        if isinstance(node, cst.For):
+            iterable = self.ev(node.iter)
+            self.loops.append(loop)
+            self._bind(node.target, iterable.element(None), None)
+        else:
+            self.ev(node.test)
+            self.loops.append(loop)
+        self._block(node.body.body)
+        self.loops.pop()
+        if node.orelse is not None:
+            self._block(node.orelse.body.body)
+
+    def _with(self, node: cst.With) -> None:
+        saved = self.no_grad
+        for item in node.items:
+            if self._disables_grad(item.item):
+                self.no_grad = True
+            value = self.ev(item.item)
+            if item.asname is not None:
+                self._bind(item.asname.name, value if value.kind is Kind.MODULE else UNKNOWN, None)
+        self._block(node.body.body)
+        self.no_grad = saved
+
+    def _disables_grad(self, expr: cst.BaseExpression) -> bool:
+        call = expr if isinstance(expr, cst.Call) else None
+        name = self.model.imports.qualify(call.func if call else expr)
+        if name in api.NO_GRAD_CONTEXTS:
+            return True
+        if name in api.SET_GRAD_ENABLED and call and call.args:
+            first = call.args[0].value
+            return isinstance(first, cst.Name) and first.value == "False"
+        return False
+
+    # ----- binding --------------------------------------------------------------------------
+
+    def _where(self, node: cst.CSTNode) -> Where:
+        return Where(node=node, loops=tuple(self.loops), no_grad=self.no_grad)
+
+    def scope_of(self, name: str) -> str:
+        if name in self.scan.declared_global:
+            return "global"
+        if name in self.scan.declared_nonlocal:
+            return "closure"
+        if name in self.params:
+            return "param"
+        if name in self.scan.assigned or name in self.scan.augmented:
+            return "local"
+        if name in self.enclosing:
+            return "closure"
+        if isinstance(self.function, cst.Module):
+            return "local"
+        if name in self.model.module_names:
+            return "global"
+        return "unknown"
+
+    def _bind(self, target: cst.BaseExpression, value: Val, line: cst.CSTNode | None) -> None:
+        if isinstance(target, cst.Name):
+            name = target.value
+            if name in self.scan.backward_roots and not self.no_grad and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
+                value = value.with_(kind=Kind.TENSOR, graph=True)
+            if value.binding is None:
+                value = value.with_(binding=new_binding())
+            self.env[name] = value
+            if line is not None:
+                self.walk.events.append(NameStore(
+                    self._where(line), name, self.scope_of(name), value, chained=name in value.reads))
+        elif isinstance(target, cst.Attribute):
+            owner = self.ev(target.value)
+            owner_name = dotted(target.value) or "?"
+            if line is not None:
+                self.walk.events.append(AttributeStore(
+                    self._where(line), owner, owner_name, target.attr.value, value, target=target))
+            if owner_name == self.role.self_name:
+                self.env[f"{owner_name}.{target.attr.value}"] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elements = [e.value for e in target.elements]
+            if any(isinstance(e, cst.StarredElement) for e in elements):
+                for element in elements:
+                    inner = element.value if isinstance(element, cst.StarredElement) else element
+                    self._bind(inner, UNKNOWN, line)
+                return
+            for index, element in enumerate(elements):
+                self._bind(element, value.element(index), line)
+        elif isinstance(target, cst.Subscript):
+            container = self.ev(target.value)
+            for element in target.slice:
+                if isinstance(element.slice, cst.Index):
+                    self.ev(element.slice.value)
+            if container.kind is not Kind.TENSOR and line is not None:
+                self._container_add(target.value, "setitem", value, line)
+
+    def _augmented(self, node: cst.AugAssign, line: cst.CSTNode) -> None:
+        value = self.ev(node.value)
+        target = node.target
+        if isinstance(target, cst.Name):
+            old = self.env.get(target.value, UNKNOWN)
+            self.env[target.value] = combine(old, value).with_(binding=old.binding or new_binding())
+            self.walk.events.append(NameStore(
+                self._where(line), target.value, self.scope_of(target.value), value, augmented=True, chained=True))
+        elif isinstance(target, cst.Attribute):
+            owner = self.ev(target.value)
+            owner_name = dotted(target.value) or "?"
+            if value.kind is Kind.CONTAINER:  # self.buf += [h] is an extend
+                self._container_add(target, "+=", value, line)
+            else:
+                self.walk.events.append(AttributeStore(
+                    self._where(line), owner, owner_name, target.attr.value, value, augmented=True,
+                    target=target))
+        elif isinstance(target, cst.Subscript):
+            self.ev(target.value)
+
+    def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode) -> None:
+        name = dotted(container)
+        if isinstance(container, cst.Name):
+            scope = self.scope_of(container.value)
+        elif name is not None and self.role.self_name and name.split(".")[0] == self.role.self_name:
+            scope = "self-attribute"
+        elif name is not None:
+            scope = "attribute"
+        else:
+            return  # a container we cannot name: a call result, a subscript of one
+        self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value))
+
+    # ----- expressions ----------------------------------------------------------------------
+
+    def ev(self, expr: cst.BaseExpression | None) -> Val:
+        value = self._ev(expr) if expr is not None else UNKNOWN
+        if self.no_grad and value.graph:
+            value = value.with_(graph=False)
+        return value
+
+    def _ev(self, e: cst.BaseExpression) -> Val:
+        if isinstance(e, cst.Name):
+            return self._name(e.value)
+        if isinstance(e, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
+                          cst.ConcatenatedString, cst.FormattedString, cst.Ellipsis)):
+            return SCALAR
+        if isinstance(e, cst.Attribute):
+            return self._attribute(e)
+        if isinstance(e, cst.Call):
+            return self._call(e)
+        if isinstance(e, cst.Subscript):
+            return self._subscript(e)
+        if isinstance(e, cst.BinaryOperation):
+            return combine(self.ev(e.left), self.ev(e.right))
+        if isinstance(e, cst.UnaryOperation):
+            inner = self.ev(e.expression)
+            if isinstance(e.operator, cst.Not):
+                return SCALAR
+            return tensor(inner, int64=inner.int64) if inner.is_tensor else inner.with_(binding=None)
+        if isinstance(e, cst.BooleanOperation):
+            return merge(self.ev(e.left), self.ev(e.right))
+        if isinstance(e, cst.Comparison):
+            operands = [self.ev(e.left)] + [self.ev(c.comparator) for c in e.comparisons]
+            if any(o.is_tensor for o in operands):
+                return tensor(*operands, keep_graph=False)
+            return SCALAR
+        if isinstance(e, cst.IfExp):
+            self.ev(e.test)
+            return merge(self.ev(e.body), self.ev(e.orelse))
+        if isinstance(e, (cst.Tuple, cst.List, cst.Set)):
+            return self._sequence(e.elements)
+        if isinstance(e, cst.Dict):
+            values = [self.ev(el.value) for el in e.elements if isinstance(el, cst.DictElement)]
+            return Val(Kind.CONTAINER, elements=tuple(values))
+        if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            return self._comprehension(e)
+        if isinstance(e, cst.NamedExpr):
+            value = self.ev(e.value)
+            self._bind(e.target, value, None)
+            return value
+        if isinstance(e, cst.Await):
+            return self.ev(e.expression)
+        return UNKNOWN
+
+    def _sequence(self, elements) -> Val:
+        values = []
+        for element in elements:
+            if isinstance(element, cst.StarredElement):
+                starred = self.ev(element.value)
+                return Val(Kind.CONTAINER, item=starred.element(None) if starred.members() else None)
+            values.append(self.ev(element.value))
+        return Val(Kind.CONTAINER, elements=tuple(values))
+
+    def _comprehension(self, e) -> Val:
+        saved = dict(self.env)
+        clause = e.for_in
+        while clause is not None:
+            self._bind(clause.target, self.ev(clause.iter).element(None), None)
+            clause = clause.inner_for_in
+        item = self.ev(e.value if isinstance(e, cst.DictComp) else e.elt)
+        self.env = saved
+        return Val(Kind.CONTAINER, item=item)
+
+    def _name(self, name: str) -> Val:
+        if name in ("True", "False", "None"):
+            return SCALAR
+        value = self.env.get(name) or self.enclosing.get(name)
+        if value is None:
+            value = self.model.global_value(name)
+        return value.with_(reads=value.reads | {name})
+
+    def _attribute(self, e: cst.Attribute, base: Val | None = None) -> Val:
+        attr = e.attr.value
+        full = dotted(e)
+        if full is not None and full in self.env:  # self.h assigned earlier in this walk
+            value = self.env[full]
+            return value.with_(reads=value.reads | {full})
+        if base is None:
+            base = self.ev(e.value)
+        reads = base.reads | ({full} if full else set())
+        if base.kind is Kind.CTX:
+            if attr == "saved_tensors":
+                return Val(Kind.CONTAINER, item=Val(Kind.TENSOR))
+            if attr == "needs_input_grad":
+                return Val(Kind.CONTAINER, item=SCALAR)
+            return UNKNOWN
+        if base.kind is Kind.CONTAINER and attr in base.element_names:
+            return base.elements[base.element_names.index(attr)]
+        if attr in api.SCALAR_ATTRIBUTES:
+            return Val(Kind.SCALAR, reads=frozenset(reads))
+        if base.is_tensor:
+            if attr in api.VIEW_ATTRIBUTES:
+                return view(base)
+            if attr in api.DETACHED_ATTRIBUTES:
+                return Val(Kind.TENSOR, int64=base.int64, reads=frozenset(reads))
+        if full is not None and self.role.self_name and full.split(".")[0] == self.role.self_name \
+                and full.count(".") == 1:
+            known = self.role.self_attributes.get(attr)
+            if known is not None:
+                return known.with_(reads=frozenset(reads))
+        if full is not None and looks_like_module(full):
+            return Val(Kind.MODULE, reads=frozenset(reads))
+        return Val(reads=frozenset(reads))
+
+    def _subscript(self, e: cst.Subscript) -> Val:
+        base = self.ev(e.value)
+        indexes = []
+        advanced = False
+        for element in e.slice:
+            if isinstance(element.slice, cst.Index):
+                index_value = self.ev(element.slice.value)
+                advanced = advanced or index_value.is_tensor or index_value.kind is Kind.CONTAINER
+                indexes.append(element.slice.value)
+        if base.kind is Kind.CONTAINER:
+            literal = _int_literal(indexes[0]) if len(indexes) == 1 else None
+            return base.element(literal)
+        if base.is_tensor:
+            if advanced:  # advanced indexing copies
+                return tensor(base, int64=base.int64)
+            return view(base)
+        if base.kind is Kind.MODULE:
+            return Val(Kind.MODULE)
+        if base.kind is Kind.SCALAR:
+            return SCALAR
+        return Val(reads=base.reads)
+
+    # ----- calls ----------------------------------------------------------------------------
+
+    def _call(self, e: cst.Call) -> Val:
+        args = [(a, self.ev(a.value)) for a in e.args]
+        positional = [v for a, v in args if a.keyword is None and a.star == ""]
+        keywords = {a.keyword.value: (a.value, v) for a, v in args if a.keyword is not None}
+        func = e.func
+        name = self.model.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+
+        if isinstance(func, cst.Attribute):
+            receiver = self.ev(func.value)
+            result = self._method(e, func.attr.value, receiver, args, positional, keywords)
+            if result is not None:
+                return result
+        else:
+            receiver = None
+
+        if isinstance(func, cst.Name):
+            builtin = self._builtin(e, func.value, args, positional)
+            if builtin is not None:
+                return builtin
+            local = self.nested_defs.get(func.value) or self.model.functions.get(func.value)
+            if local is not None:
+                self._follow(local, e, args)
+                return UNKNOWN
+
+        if name is not None:
+            torch_value = self._torch_call(name, args, positional, keywords)
+            if torch_value is not None:
+                return torch_value
+            if name in self.model.module_class_names:
+                return Val(Kind.MODULE)
+            if name in self.model.function_class_names:
+                return UNKNOWN
+
+        if isinstance(func, cst.Attribute):
+            callee = self._attribute(func, base=receiver)
+        elif isinstance(func, (cst.Name, cst.Subscript, cst.Call)):
+            callee = self.ev(func)
+        else:
+            callee = UNKNOWN
+        if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
+            return tensor(*positional, Val(graph=True))
+        return UNKNOWN
+
+    def _builtin(self, e: cst.Call, name: str, args, positional) -> Val | None:
+        if name in self.env or name in self.model.module_names:
+            return None
+        if name == "setattr" and len(args) >= 3:
+            owner_expr = args[0][0].value
+            attr_expr = args[1][0].value
+            attr = attr_expr.evaluated_value if isinstance(attr_expr, cst.SimpleString) else "<dynamic>"
+            self.walk.events.append(AttributeStore(
+                self._where(self._statement_of(e)), args[0][1], dotted(owner_expr) or "?", str(attr), args[2][1]))
+            return SCALAR
+        if name in ("tuple", "list") and positional:
+            source = positional[0]
+            return source if source.kind is Kind.CONTAINER else Val(Kind.CONTAINER, item=source.element(None))
+        if name in ("sum",) and positional and positional[0].members():
+            return tensor(*positional[0].members()) if any(m.is_tensor for m in positional[0].members()) else UNKNOWN
+        if name in api.SCALAR_BUILTINS:
+            return Val(Kind.SCALAR, reads=frozenset().union(*(v.reads for _, v in args)) if args else frozenset())
+        return None
+
+    def _method(self, e, method: str, receiver: Val, args, positional, keywords) -> Val | None:
+        if receiver.kind is Kind.CTX:
+            if method == "save_for_backward":
+                self.walk.events.append(SavedForBackward(
+                    self._where(self._statement_of(e)), tuple((a.value, v) for a, v in args)))
+            return SCALAR
+        if (method in ("append", "extend", "insert", "setdefault", "appendleft")
+                and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN)) \
+                or (method == "update" and receiver.kind is Kind.CONTAINER):
+            if method in ("insert", "setdefault"):
+                value = positional[1] if len(positional) > 1 else UNKNOWN
+            elif method in ("extend", "update"):
+                value = positional[0] if positional else UNKNOWN
+            else:
+                value = positional[0] if positional else UNKNOWN
+            self._container_add(e.func.value, method, value, self._statement_of(e))
+            return SCALAR
+        if receiver.kind is Kind.MODULE:
+            if method in api.MODULE_RETURNING_METHODS:
+                return Val(Kind.MODULE)
+            if method == "forward":
+                return tensor(*positional, Val(graph=True))
+            return UNKNOWN
+        if method == "apply" and receiver.kind is Kind.UNKNOWN:
+            owner = dotted(e.func.value)
+            if owner in self.model.function_class_names:
+                return tensor(*positional)
+        if not receiver.is_tensor:
+            if method in ("item", "tolist", "numpy", "size", "dim", "numel"):
+                return SCALAR
+            if method == "detach":
+                return Val(Kind.TENSOR) if receiver.kind is Kind.TENSOR else Val(reads=receiver.reads)
+            return None
+        # A tensor method.
+        if method in api.SCALAR_METHODS:
+            return Val(Kind.SCALAR)
+        if method in api.DETACHING_METHODS:
+            return Val(Kind.TENSOR, int64=receiver.int64)
+        int64 = receiver.int64
+        if method in api.INT64_METHODS or self._int64_dtype(positional, keywords):
+            int64 = True
+        elif method in api.NOT_INT64_METHODS or ("dtype" in keywords) or self._any_dtype(positional):
+            int64 = False
+        if method in api.INDEX_PAIR_METHODS or (method in api.INDEX_PAIR_WITH_DIM and (positional or "dim" in keywords)):
+            return self._index_pair(tensor(receiver, *positional))
+        if method in api.SPLITTING_METHODS:
+            return Val(Kind.CONTAINER, item=view(receiver))
+        if method in api.VIEW_METHODS and not (method == "to" and int64 != receiver.int64):
+            return view(receiver, int64=int64)
+        return tensor(receiver, *positional, *(v for _, v in keywords.values()), int64=int64)
+
+    def _index_pair(self, values: Val) -> Val:
+        return Val(Kind.CONTAINER, elements=(values.with_(int64=False), Val(Kind.TENSOR, int64=True)),
+                   element_names=("values", "indices"))
+
+    def _int64_dtype(self, positional, keywords) -> bool:
+        dtype = keywords.get("dtype")
+        if dtype is not None and self.model.imports.qualify(dtype[0]) in api.INT64_DTYPES:
+            return True
+        return False
+
+    def _any_dtype(self, positional) -> bool:
+        return False
+
+    def _torch_call(self, name: str, args, positional, keywords) -> Val | None:
+        if name in api.PARAMETER_CONSTRUCTORS:
+            return Val(Kind.TENSOR, param=True)
+        if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
+            last = name.rsplit(".", 1)[-1]
+            if last[:1].isupper() and last not in api.NN_NOT_MODULES:
+                return Val(Kind.MODULE)
+            if name.startswith("torch.nn.init."):
+                return SCALAR
+            return None
+        if not name.startswith("torch."):
+            return None
+        if name in api.NOT_TENSOR_FUNCTIONS or name.startswith(api.NOT_TENSOR_NAMESPACES):
+            return UNKNOWN
+        sources = [v for _, v in args]
+        if name in api.INDEX_PAIR_FUNCTIONS or (name.rsplit(".", 1)[-1] in api.INDEX_PAIR_WITH_DIM and len(positional) > 1):
+            return self._index_pair(tensor(*sources))
+        if name in api.SPLITTING_FUNCTIONS:
+            return Val(Kind.CONTAINER, item=tensor(*sources))
+        dtype = keywords.get("dtype")
+        if dtype is not None:
+            int64 = self.model.imports.qualify(dtype[0]) in api.INT64_DTYPES
+        elif name in api.INT64_FUNCTIONS:
+            int64 = not ("out_int32" in keywords)
+        elif name == "torch.arange":
+            int64 = all(v.kind is Kind.SCALAR for v in positional) and not any(
+                isinstance(a.value, cst.Float) for a, _ in args if a.keyword is None)
+        else:
+            firsts = [positional[0]] if positional else []
+            int64 = bool(firsts) and (firsts[0].int64 or (firsts[0].kind is Kind.CONTAINER and bool(firsts[0].members())
+                                                            and all(m.int64 for m in firsts[0].members())))
+        return tensor(*sources, int64=int64)
+
+    def _follow(self, function: cst.FunctionDef, call: cst.Call, args) -> None:
+        """Walk a helper or closure that receives ctx, with its parameters bound to the
+        arguments, so what it stores on ctx is seen (`_stash(ctx, out)`)."""
+        if self.depth >= self.MAX_CALL_DEPTH or self.role.ctx_name is None:
+            return
+        passes_ctx = any(v.kind is Kind.CTX for _, v in args)
+        is_closure = function.name.value in self.nested_defs
+        if not passes_ctx and not is_closure:
+            return
+        params = [p.name.value for p in function.params.params]
+        bound: dict[str, Val] = {p: UNKNOWN for p in params}
+        for (arg, value), param in zip([(a, v) for a, v in args if a.keyword is None and a.star == ""], params):
+            bound[param] = value
+        for arg, value in args:
+            if arg.keyword is not None and arg.keyword.value in bound:
+                bound[arg.keyword.value] = value
+        child = Walker(self.walk, function, depth=self.depth + 1,
+                       enclosing={**self.enclosing, **self.env} if is_closure else None,
+                       nested_defs=self.nested_defs if is_closure else None)
+        child.bind_params(bound)
+        child.run()
+
+    def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The node a finding is reported at (the call itself: positions are resolved later)."""
+        return node

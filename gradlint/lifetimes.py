@@ -1,0 +1,28 @@
+"""How long a container or accumulator outlives the step that stores into it.
+
+Shared by the rules about keeping graph-attached values (GL103, GL104): storing into something
+that outlives one training step keeps that step's autograd graph alive.
+"""
+
+from __future__ import annotations
+
+from gradlint.flow import Where
+
+
+def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
+    """Why the target outlives the step, in words, or None when it does not (as far as we know)."""
+    if scope == "global":
+        return "a module-level global"
+    if scope == "closure":
+        return "a variable of the enclosing function"
+    if scope == "param":
+        return "a parameter (the caller's object)"
+    if scope in ("attribute", "self-attribute"):
+        return "an attribute"
+    if scope == "local":
+        # A local built across a loop that is not a training loop (collecting per-layer outputs
+        # to concatenate) is consumed within the step: not reported.
+        for loop in where.loops:
+            if loop.is_step_loop and name not in loop.fresh_names:
+                return "a variable created before the training loop"
+    return None

@@ -1,0 +1,48 @@
+"""What a rule is: a code, a doc in ruff's shape, examples, and a check over a `FileModel`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Iterable
+
+import libcst as cst
+
+from gradlint.findings import Severity
+
+if TYPE_CHECKING:
+    from gradlint.file_model import FileModel
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A rule's report before positions are known: the node, the message, and a severity
+    when it differs from the rule's default (GL101 on a view of the output is worse than on an input)."""
+
+    node: cst.CSTNode
+    message: str
+    severity: Severity | None = None
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An example the rule must flag, exactly on the lines that contain each of `flagged`."""
+
+    source: str
+    flagged: tuple[str, ...]
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.ERROR
+    summary: ClassVar[str]  # one line, for `gradlint rules`
+    doc: ClassVar[str]  # What it does / Why is this bad? / Example / Use instead
+    # Text that must occur in a file for the rule to find anything there: files with none of
+    # the selected rules' markers are not parsed (only ~7% of torch's own files qualify).
+    markers: ClassVar[tuple[str, ...]]
+    default_enabled: ClassVar[bool] = True
+    VALID: ClassVar[tuple[str, ...]] = ()
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def check(self, model: "FileModel") -> Iterable[Hit]:
+        raise NotImplementedError

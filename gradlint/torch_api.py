@@ -1,0 +1,113 @@
+"""What the tensor inference knows about torch's API, as plain tables.
+
+Kept apart from the inference so that teaching gradlint a new op is a one-line change here.
+"""
+
+from __future__ import annotations
+
+FUNCTION_BASES = frozenset({
+    "torch.autograd.Function",
+    "torch.autograd.function.Function",
+    "torch.autograd.function.InplaceFunction",
+    "torch.autograd.InplaceFunction",
+})
+MODULE_BASES = frozenset({
+    "torch.nn.Module",
+    "torch.nn.modules.module.Module",
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "pytorch_lightning.LightningModule",
+})
+LIGHTNING_BASES = frozenset(b for b in MODULE_BASES if "ightning" in b)
+# Lightning runs these under torch.no_grad(): what they keep is not graph-attached.
+LIGHTNING_NO_GRAD_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
+
+# torch.nn names that are not modules even though they are capitalized.
+NN_NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter"})
+PARAMETER_CONSTRUCTORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+NO_GRAD_CONTEXTS = frozenset({
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.inference_mode",
+})
+SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+
+SCALAR_ATTRIBUTES = frozenset({
+    "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_sparse", "layout",
+    "is_leaf", "names", "itemsize", "nbytes", "is_quantized", "is_meta", "grad_fn", "_version",
+})
+VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+DETACHED_ATTRIBUTES = frozenset({"data", "grad"})
+
+SCALAR_METHODS = frozenset({
+    "size", "dim", "numel", "item", "tolist", "element_size", "stride", "is_contiguous",
+    "data_ptr", "numpy", "get_device", "nelement", "ndimension", "storage_offset",
+    "is_floating_point", "is_complex", "equal", "allclose", "untyped_storage", "nbytes",
+    "__len__", "backward", "register_hook", "is_pinned", "is_set_to", "type_as_str",
+})
+DETACHING_METHODS = frozenset({"detach", "detach_", "cpu_numpy"})
+VIEW_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "narrow", "select",
+    "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "diagonal",
+    "as_strided", "movedim", "swapaxes", "swapdims", "unfold", "contiguous", "to", "cuda", "cpu",
+    "type_as", "requires_grad_",
+})
+SPLITTING_METHODS = frozenset({"chunk", "split", "unbind", "tensor_split", "split_with_sizes"})
+# (values, indices) named tuples. max/min/median/mode return one only when given a dim.
+INDEX_PAIR_METHODS = frozenset({"topk", "sort", "kthvalue", "mode", "cummax", "cummin"})
+INDEX_PAIR_WITH_DIM = frozenset({"max", "min", "median", "nanmedian"})
+INT64_METHODS = frozenset({"long", "argsort", "argmax", "argmin", "nonzero"})
+NOT_INT64_METHODS = frozenset({"int", "float", "double", "half", "bfloat16", "bool", "short", "byte", "char"})
+INT64_DTYPES = frozenset({"torch.long", "torch.int64", "torch.LongTensor"})
+
+INT64_FUNCTIONS = frozenset({
+    "torch.argsort", "torch.argmax", "torch.argmin", "torch.nonzero", "torch.randint",
+    "torch.randperm", "torch.searchsorted", "torch.bucketize", "torch.LongTensor",
+    "torch.randint_like",
+})
+INDEX_PAIR_FUNCTIONS = frozenset(f"torch.{m}" for m in INDEX_PAIR_METHODS)
+SPLITTING_FUNCTIONS = frozenset({
+    "torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid",
+    "torch.autograd.grad", "torch.broadcast_tensors",
+})
+# torch.* callables that do not return a tensor.
+NOT_TENSOR_FUNCTIONS = frozenset({
+    "torch.is_tensor", "torch.numel", "torch.is_grad_enabled", "torch.get_default_dtype",
+    "torch.device", "torch.dtype", "torch.Size", "torch.finfo", "torch.iinfo", "torch.manual_seed",
+    "torch.set_grad_enabled", "torch.no_grad", "torch.enable_grad", "torch.inference_mode",
+    "torch.typename", "torch.save", "torch.load", "torch.compile", "torch.set_num_threads",
+    "torch.get_num_threads", "torch.use_deterministic_algorithms",
+    "torch.are_deterministic_algorithms_enabled", "torch.is_floating_point", "torch.is_complex",
+    "torch.autograd.backward", "torch.autograd.Function", "torch.library.custom_op",
+})
+NOT_TENSOR_NAMESPACES = (
+    "torch.cuda.", "torch.backends.", "torch.distributed.", "torch.jit.", "torch.utils.data.",
+    "torch.library.", "torch.optim.", "torch.testing.", "torch.autograd.function.", "torch.fx.",
+    "torch.onnx.", "torch.export.", "torch.profiler.", "torch.multiprocessing.", "torch.hub.",
+    "torch.compiler.", "torch._dynamo.", "torch.accelerator.",
+)
+# Returns the module it is called on.
+MODULE_RETURNING_METHODS = frozenset({
+    "to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
+    "requires_grad_", "to_empty", "apply", "share_memory",
+})
+
+# Shape-like positional arguments: a forward parameter passed here is a Python scalar.
+SHAPE_TAKING_METHODS = frozenset({
+    "view", "reshape", "expand", "repeat", "permute", "transpose", "size", "new_zeros", "new_ones",
+    "new_empty", "new_full", "narrow", "unflatten", "flatten", "unsqueeze", "squeeze", "chunk",
+    "split", "topk", "kthvalue", "cumsum", "cumprod", "softmax", "log_softmax", "sum", "mean",
+    "amax", "amin", "argmax", "argmin", "movedim", "roll", "select", "tile",
+})
+SHAPE_TAKING_FUNCTIONS = frozenset({
+    "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.randn",
+    "torch.rand", "torch.randint", "torch.eye", "torch.linspace",
+})
+SCALAR_CONVERSIONS = frozenset({"int", "float", "bool", "range", "str", "math.ceil", "math.floor"})
+SCALAR_BUILTINS = frozenset({
+    "len", "int", "float", "bool", "str", "isinstance", "hasattr", "callable", "id", "repr",
+    "range", "print", "issubclass", "type", "hash", "format", "divmod", "round",
+})

@@ -1,0 +1,127 @@
+"""The abstract values of the tensor inference: what an expression is, as far as we can tell.
+
+The inference is deliberately small and conservative (precision first): an expression is a
+tensor, not a tensor, or unknown, and rules report only what is known. Everything a rule may ask
+of a value (is it graph-attached? the Function's own output or a view of it? an int64 index?)
+travels with it as a flag, so rules never re-derive it from syntax.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field, replace
+
+
+class Kind(enum.Enum):
+    TENSOR = "tensor"
+    SCALAR = "not a tensor"  # Python numbers, shapes, dtypes, strings, bools
+    UNKNOWN = "unknown"
+    MODULE = "nn.Module instance"
+    CTX = "autograd ctx"
+    CONTAINER = "container"  # list/tuple/dict literal, or what a call returns several tensors in
+
+
+_binding_ids = itertools.count(1)
+
+
+def new_binding() -> int:
+    return next(_binding_ids)
+
+
+@dataclass(frozen=True)
+class Val:
+    kind: Kind = Kind.UNKNOWN
+    # Part of an autograd graph that backward has not consumed: the result of a module call, a
+    # loss, or anything computed from a parameter or another graph-attached value.
+    graph: bool = False
+    param: bool = False  # an nn.Parameter itself: a leaf, graph-free until used in an op
+    int64: bool = False
+    is_input: bool = False  # a forward input of an autograd Function (or an alias of one)
+    # Identity of the Python object: the same id on every name that aliases it, so a ctx store
+    # can be matched with what forward finally returns.
+    binding: int | None = None
+    view_of: frozenset[int] = frozenset()  # bindings whose storage this tensor is a view of
+    elements: tuple["Val", ...] = ()  # a container's known elements, in order
+    element_names: tuple[str, ...] = ()  # for named tuples: topk(...).indices
+    item: "Val | None" = None  # a container whose elements are unknown in number but alike
+    # Names and dotted attributes read to compute this value: `self.h = f(self.h)` chains steps.
+    reads: frozenset[str] = field(default=frozenset())
+
+    def with_(self, **changes) -> "Val":
+        return replace(self, **changes) if changes else self
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind is Kind.TENSOR
+
+    def members(self) -> tuple["Val", ...]:
+        """The values a container holds, as far as they are known."""
+        if self.kind is not Kind.CONTAINER:
+            return ()
+        return self.elements + ((self.item,) if self.item is not None else ())
+
+    def holds_graph(self) -> bool:
+        return self.graph or any(m.holds_graph() for m in self.members())
+
+    def element(self, index: int | None) -> "Val":
+        """What indexing or unpacking this value gives."""
+        if self.kind is Kind.CONTAINER:
+            if index is not None and -len(self.elements) <= index < len(self.elements):
+                return self.elements[index]
+            if self.item is not None:
+                return self.item
+            return UNKNOWN
+        if self.kind is Kind.TENSOR:
+            return view(self)
+        if self.kind is Kind.MODULE:  # iterating or indexing nn.ModuleList / Sequential
+            return Val(Kind.MODULE)
+        return UNKNOWN
+
+
+UNKNOWN = Val()
+SCALAR = Val(Kind.SCALAR)
+
+
+def tensor(*sources: Val, int64: bool = False, keep_graph: bool = True) -> Val:
+    """A new tensor computed from `sources`: graph-attached if any source is, or is a parameter."""
+    graph = keep_graph and any(s.graph or s.param or _members_graph(s) for s in sources)
+    reads = frozenset().union(*(s.reads for s in sources)) if sources else frozenset()
+    return Val(Kind.TENSOR, graph=graph, int64=int64, reads=reads)
+
+
+def _members_graph(v: Val) -> bool:
+    return any(m.graph or m.param for m in v.members())
+
+
+def view(base: Val, **changes) -> Val:
+    """A tensor sharing `base`'s storage (slicing, .view, .t(), ...)."""
+    bases = base.view_of | ({base.binding} if base.binding is not None else set())
+    return Val(
+        Kind.TENSOR,
+        graph=base.graph or base.param,
+        int64=base.int64,
+        is_input=base.is_input,
+        view_of=frozenset(bases),
+        reads=base.reads,
+    ).with_(**changes)
+
+
+def combine(*vals: Val) -> Val:
+    """Arithmetic on `vals`: a tensor if any operand is one."""
+    if any(v.is_tensor for v in vals):
+        tensors = [v for v in vals if v.is_tensor]
+        return tensor(*vals, int64=all(t.int64 for t in tensors))
+    reads = frozenset().union(*(v.reads for v in vals))
+    if all(v.kind is Kind.SCALAR for v in vals):
+        return Val(Kind.SCALAR, reads=reads)
+    if all(v.kind is Kind.CONTAINER for v in vals):  # tuple concatenation
+        return Val(Kind.CONTAINER, elements=tuple(e for v in vals for e in v.elements), reads=reads)
+    return Val(graph=any(v.graph for v in vals), reads=reads)
+
+
+def merge(a: Val, b: Val) -> Val:
+    """One of two values (an `x if c else y`, two branches)."""
+    if a.kind is b.kind:
+        return replace(a, graph=a.graph or b.graph, int64=a.int64 and b.int64, reads=a.reads | b.reads)
+    return Val(reads=a.reads | b.reads)

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from gradlint.file_model import FileModel
+from gradlint.findings import Severity
+from gradlint.flow import AttributeStore, ContainerAdd, NameStore
+from gradlint.rule import Hit, Invalid, Rule
+
+
+class SelfTensorAttribute(Rule):
+    code = "GL102"
+    name = "self-tensor-attribute"
+    severity = Severity.ERROR
+    summary = "a graph-attached tensor kept on a module (or a global) across steps"
+    markers = ("Module",)
+    doc = """
+## What it does
+Flags, inside an `nn.Module`'s `forward`, a graph-attached tensor (the result of a submodule
+call, or anything computed from parameters) that is assigned to `self.x`, appended to or stored
+into a container attribute of `self`, or assigned to a module-level global.
+
+## Why is this bad?
+What torch 2.13 does, measured:
+- `self.history.append(h)` keeps every step's activation and its graph: memory grows by one
+  activation per step (131072 B/step in the reference loop) and `gc.collect()` frees none of it.
+- A chained update (`self.h = f(self.h)`, `self.ema = 0.99 * self.ema + 0.01 * feat`) links each
+  step's graph to the previous one: the graph grows every step until the run dies.
+- A plain `self.cache = h` keeps one step's graph and activations alive until the next step
+  overwrites it (a one-step delay, reported as a warning).
+
+Values computed under `torch.no_grad()`, `.detach()`ed values and buffer updates under
+`no_grad` are fine. A Module's forward inputs are not assumed graph-attached (precision first).
+
+## Example
+```python
+class Encoder(nn.Module):
+    def forward(self, x):
+        h = self.mlp(x)
+        self.activations.append(h)
+        self.ema = 0.99 * self.ema + 0.01 * h.mean(0)
+        return h
+```
+
+## Use instead
+```python
+class Encoder(nn.Module):
+    def forward(self, x):
+        h = self.mlp(x)
+        self.activations.append(h.detach())
+        with torch.no_grad():
+            self.ema.mul_(0.99).add_(0.01 * h.mean(0))
+        return h
+```
+"""
+    VALID = (
+        """
+import torch
+from torch import nn
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Linear(8, 8)
+        self.register_buffer("ema", torch.zeros(8))
+        self.activations = []
+    def forward(self, x):
+        h = self.mlp(x)
+        self.activations.append(h.detach())
+        self.last_norm = h.norm().item()
+        self.last_input = x
+        with torch.no_grad():
+            self.ema = 0.99 * self.ema + 0.01 * h.mean(0)
+        return h
+""",
+        """
+import torch.nn as nn
+class Net(nn.Module):
+    def forward(self, x):
+        outs = []
+        for layer in self.layers:
+            x = layer(x)
+            outs.append(x)
+        return outs
+""",
+    )
+    INVALID = (
+        Invalid("""
+import torch
+import torch.nn as nn
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.activations = []
+        self.ema = torch.zeros(8)
+    def forward(self, x):
+        h = self.mlp(x)
+        self.activations.append(h)
+        self.ema = 0.99 * self.ema + 0.01 * h.mean(0)
+        self.cache = h
+        return h
+""", ("self.activations.append(h)", "self.ema = 0.99", "self.cache = h")),
+        Invalid("""
+from torch.nn import Module, GRUCell
+class Rnn(Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = GRUCell(4, 4)
+        self.weight = torch.nn.Parameter(torch.ones(4))
+    def forward(self, x):
+        self.hidden = self.cell(x, self.hidden)
+        self.scaled = x * self.weight
+        return self.hidden
+""", ("self.hidden = self.cell", "self.scaled = x * self.weight")),
+    )
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        for walk in model.walks:
+            role = walk.role
+            if role.kind != "module_forward" or role.no_grad:
+                continue
+            for event in walk.events:
+                if getattr(event, "where", None) is None or event.where.no_grad:
+                    continue
+                if isinstance(event, AttributeStore) and event.owner_name == role.self_name \
+                        and event.value.holds_graph():
+                    target = f"{role.self_name}.{event.attribute}"
+                    if event.augmented or target in event.value.reads:
+                        yield Hit(event.node, (
+                            f"{target} is updated from its previous value with a graph-attached tensor: each "
+                            "step's autograd graph links to the last one and memory grows every step; "
+                            "update it under torch.no_grad() or from .detach()ed values"), Severity.ERROR)
+                    else:
+                        yield Hit(event.node, (
+                            f"{target} keeps a graph-attached tensor on the module: this step's graph and "
+                            "activations stay alive until the next step overwrites it; store .detach() "
+                            "(or .item()) unless backward needs it"), Severity.WARNING)
+                elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" \
+                        and event.value.holds_graph():
+                    yield Hit(event.where.node, (
+                        f"{event.container_name} gets a graph-attached tensor every forward: each step's "
+                        "activation and graph are kept and never freed, not even by gc.collect() (measured); "
+                        "store .detach() (or .item()) instead"), Severity.ERROR)
+                elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
+                    yield Hit(event.where.node, (
+                        f"global {event.name} keeps a graph-attached tensor from forward: the step's graph "
+                        f"{'grows every step' if event.chained else 'stays alive until the next step'}; "
+                        "store .detach() (or .item())"), Severity.ERROR if event.chained else Severity.WARNING)

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from gradlint.file_model import FileModel
+from gradlint.findings import Severity
+from gradlint.flow import ContainerAdd
+from gradlint.lifetimes import outlives_step
+from gradlint.rule import Hit, Invalid, Rule
+
+
+_VERBS = {"append": "appended to", "appendleft": "appended to", "extend": "added to", "+=": "added to",
+          "insert": "inserted into", "setitem": "stored into", "setdefault": "stored into", "update": "stored into"}
+
+
+class GraphAppend(Rule):
+    code = "GL103"
+    name = "graph-append"
+    severity = Severity.ERROR
+    summary = "a loss or model output kept in a list/dict that outlives the step"
+    markers = ("backward", "Module", "model", "criterion", "nn.")
+    doc = """
+## What it does
+Flags a graph-attached tensor (a loss, a model output, anything computed from them without
+`.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
+outlives the training step: one created before the training loop, a module-level global, an
+attribute, a closure variable, or a parameter (the caller's list). Step functions with no loop
+count too: the caller loops.
+
+## Why is this bad?
+Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd
+graph nodes alive (about 6 KB of C++ graph per step in a small MLP, 704 nodes after 100 steps);
+appending an output when backward is not run (evaluation outside `torch.no_grad()`) keeps all
+the step's activations and saved tensors: 658440 B/step in the reference model. Nothing is
+freed until the list goes.
+
+A list built across a loop inside one step (collect per-layer outputs, then `torch.cat`) is fine
+and not reported.
+
+## Example
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+```
+
+## Use instead
+```python
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.item())
+```
+"""
+    VALID = (
+        """
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    losses.append(loss.item())
+    preds = []
+    preds.append(model(x))
+""",
+        """
+import torch
+def evaluate(model, loader):
+    outputs = []
+    with torch.no_grad():
+        for x in loader:
+            outputs.append(model(x))
+    return outputs
+""",
+        """
+import torch
+def forward_all(layers, x):
+    outs = []
+    for layer in layers:
+        outs.append(layer(x))
+    return torch.cat(outs)
+""",
+    )
+    INVALID = (
+        Invalid("""
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+""", ("losses.append(loss)",)),
+        Invalid("""
+import torch.nn.functional as F
+HISTORY = []
+STATS = {}
+def train_step(model, batch):
+    x, y = batch
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    HISTORY.append(loss)
+    STATS["last"] = loss
+""", ("HISTORY.append(loss)", 'STATS["last"] = loss')),
+        Invalid("""
+class Trainer:
+    def step(self, batch):
+        out = self.model(batch)
+        self.outputs.append(out)
+""", ("self.outputs.append(out)",)),
+    )
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        for walk in model.walks:
+            if walk.role.no_grad:
+                continue
+            for event in walk.of(ContainerAdd):
+                if event.where.no_grad or not event.value.holds_graph():
+                    continue
+                if event.scope == "self-attribute" and walk.role.kind == "module_forward":
+                    continue  # GL102 reports a module keeping its own activations
+                why = outlives_step(event.scope, event.container_name, event.where)
+                if why is None:
+                    continue
+                verb = _VERBS.get(event.method, "added to")
+                yield Hit(event.where.node, (
+                    f"a graph-attached tensor is {verb} {event.container_name} ({why}): it keeps every "
+                    "step's autograd graph alive, and all its activations when backward is not run; "
+                    "store .item() or .detach() instead"))

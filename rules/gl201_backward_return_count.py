@@ -1,0 +1,263 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from gradlint.file_model import AutogradFunction, FileModel, returns_in
+from gradlint.findings import Severity
+from gradlint.rule import Hit, Invalid, Rule
+
+# Each returned value: True when it is the literal None, False otherwise.
+Counted = list[bool]
+
+
+def _count(expr: cst.BaseExpression | None, tuples: dict[str, Counted | None], singles: set[str]) -> Counted | None:
+    """The values a backward `return` gives, or None when they cannot be counted statically."""
+    if expr is None:
+        return [True]
+    if isinstance(expr, cst.Tuple):
+        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+            return None
+        return [_is_none(e.value) for e in expr.elements]
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.Add):
+            left, right = _count(expr.left, tuples, singles), _count(expr.right, tuples, singles)
+            if left is None or right is None or not _is_tuple_like(expr.left, tuples) \
+                    or not _is_tuple_like(expr.right, tuples):
+                return None
+            return left + right
+        if isinstance(expr.operator, cst.Multiply):
+            for seq, times in ((expr.left, expr.right), (expr.right, expr.left)):
+                if isinstance(times, cst.Integer) and _is_tuple_like(seq, tuples):
+                    counted = _count(seq, tuples, singles)
+                    return None if counted is None else counted * int(times.value)
+            return [False] if not _is_tuple_like(expr.left, tuples) and not _is_tuple_like(expr.right, tuples) else None
+        return [False]  # arithmetic on gradients: one tensor
+    if isinstance(expr, cst.Name):
+        if expr.value == "None":
+            return [True]
+        if expr.value in tuples:
+            return tuples[expr.value]
+        return [False] if expr.value in singles else None
+    if isinstance(expr, cst.UnaryOperation):
+        return [False]
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and isinstance(expr.func.value, cst.Name) and expr.func.value.value in singles:
+        return [False]  # grad_output.clone(), grad.neg()
+    return None
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _is_tuple_like(expr: cst.BaseExpression, tuples: dict[str, Counted | None]) -> bool:
+    return isinstance(expr, cst.Tuple) or (isinstance(expr, cst.Name) and expr.value in tuples) or (
+        isinstance(expr, cst.BinaryOperation) and (_is_tuple_like(expr.left, tuples) or _is_tuple_like(expr.right, tuples)))
+
+
+def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[str]]:
+    """Names bound to tuple literals (countable once, uncountable if rebound differently) and
+    names that hold one tensor (the incoming gradients, arithmetic on them)."""
+    tuples: dict[str, Counted | None] = {}
+    singles = {p.name.value for p in backward.params.params[1:]}
+    assigned_other: set[str] = set()
+
+    class Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is backward
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if not isinstance(target.target, cst.Name):
+                    for name in _names(target.target):
+                        assigned_other.add(name)
+                    continue
+                name = target.target.value
+                if isinstance(node.value, cst.Tuple) or (
+                        isinstance(node.value, cst.BinaryOperation) and _is_tuple_like(node.value, tuples)):
+                    counted = _count(node.value, tuples, singles)
+                    if name in tuples and tuples[name] != counted:
+                        counted = None
+                    tuples[name] = counted
+                elif isinstance(node.value, (cst.BinaryOperation, cst.UnaryOperation)) or (
+                        isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute)):
+                    singles.add(name)
+                else:
+                    assigned_other.add(name)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if isinstance(node.target, cst.Name) and node.target.value in tuples:
+                tuples[node.target.value] = None
+
+    backward.visit(Collect())
+    for name in assigned_other:
+        tuples.pop(name, None) if name in tuples else None
+        singles.discard(name)
+    return tuples, singles - set(tuples)
+
+
+def _names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _names(element.value)
+
+
+class BackwardReturnCount(Rule):
+    code = "GL201"
+    name = "backward-return-count"
+    severity = Severity.ERROR
+    summary = "backward returns a different number of gradients than forward has inputs"
+    markers = ("Function", "setup_context", "register_autograd")
+    doc = """
+## What it does
+Counts the values each `return` of an autograd Function's `backward` gives and compares them
+with forward's inputs (ctx excluded; with `setup_context`, all of forward's parameters; for a
+`torch.library.custom_op`, the op's parameters). Fewer values than forward's required inputs,
+or extra values that are not `None`, are reported. Returns that cannot be counted statically
+(a call, `*starred`, `tuple(...)`) and forwards taking `*args`/`**kwargs` are skipped.
+
+## Why is this bad?
+torch checks the count only when backward finally runs, often hours into training or only on the
+code path that needs that gradient. It raises, e.g.
+`RuntimeError: function ScaleBackward returned an incorrect number of gradients (expected 2, got 1)`.
+One gradient (or `None`) is needed for every input, non-tensor inputs included. Trailing extra
+`None`s are accepted by torch and are not reported.
+
+## Example
+```python
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x * factor
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor
+```
+
+## Use instead
+```python
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+```
+"""
+    VALID = (
+        """
+import torch
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):
+        return x * factor
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.needs_input_grad[0]:
+            return grad * 2, None
+        return None, None, None, None
+""",
+        """
+import torch
+class Seg(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index, dim_size):
+        return src
+    @staticmethod
+    def backward(ctx, grad):
+        grads = (grad, None)
+        if ctx.extra:
+            return compute(grad)
+        return grads + (None,)
+""",
+        """
+import torch
+class Var(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *tensors):
+        return tensors[0]
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+""",
+    )
+    INVALID = (
+        Invalid("""
+import torch
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):
+        return x * factor
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.needs_input_grad[0]:
+            return grad * 2
+        return (None, grad, grad)
+""", ("return grad * 2", "return (None, grad, grad)")),
+        Invalid("""
+import torch
+class Seg(torch.autograd.Function):
+    @staticmethod
+    def forward(src, index, dim_size, reduce):
+        return src
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+    @staticmethod
+    def backward(ctx, grad):
+        out = (grad,) + (None,) * 2
+        return out
+""", ("return out",)),
+        Invalid("""
+import torch
+@torch.library.custom_op("gl::gather", mutates_args=())
+def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x[idx]
+def backward(ctx, g):
+    return g
+gather.register_autograd(backward)
+""", ("return g",)),
+    )
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        for function in model.function_classes:
+            inputs = function.forward_inputs
+            if function.backward is None or inputs is None or not function.backward.params.params:
+                continue
+            total = len(inputs)
+            required = sum(1 for p in inputs if p.default is None)
+            tuples, singles = _locals(function.backward)
+            for statement in returns_in(function.backward):
+                counted = _count(statement.value, tuples, singles)
+                if counted is None:
+                    continue
+                got = len(counted)
+                if got < required:
+                    yield Hit(statement, self._fewer(function, got, total))
+                elif got > total and not all(counted[total:]):
+                    yield Hit(statement, self._more(function, got, total, counted))
+
+    def _fewer(self, function: AutogradFunction, got: int, total: int) -> str:
+        return (f"backward returns {got} value{'s' if got != 1 else ''} but forward takes {total} input"
+                f"{'s' if total != 1 else ''}; when backward runs torch raises "
+                f"`{self._error(function, total, got)}`: return one gradient or None per input")
+
+    def _more(self, function: AutogradFunction, got: int, total: int, counted: Counted) -> str:
+        position = next(i for i in range(total, got) if not counted[i]) + 1
+        if function.style == "custom_op":
+            error = (f"RuntimeError: function {function.backward_node_name} returned a gradient different "
+                     f"than None at position {position + 1}, but the corresponding forward input was not a Variable")
+        else:
+            error = self._error(function, total, got)
+        return (f"backward returns {got} values for {total} forward input{'s' if total != 1 else ''} and "
+                f"value {position} is not None; torch raises `{error}`: only trailing Nones may follow")
+
+    @staticmethod
+    def _error(function: AutogradFunction, expected: int, got: int) -> str:
+        if function.style == "custom_op":  # the generated node counts one extra internal input
+            expected, got = expected + 1, got + 1
+        return (f"RuntimeError: function {function.backward_node_name} returned an incorrect number of "
+                f"gradients (expected {expected}, got {got})")

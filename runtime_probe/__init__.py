@@ -1,0 +1,1 @@
+"""The runtime probe (`gradlint probe`): not built yet, see issue 4."""
