@@ -81,7 +81,7 @@ def _expand(selectors: Iterable[str], all_codes: Sequence[str]) -> set[str]:
 
 def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml with a [tool.gradlint] table, walking up from `start`."""
-    start = start.resolve()
+    start = Path(os.path.abspath(start))
     for directory in [start, *start.parents] if start.is_dir() else start.parents:
         candidate = directory / "pyproject.toml"
         if candidate.is_file():

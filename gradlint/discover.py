@@ -79,6 +79,11 @@ def _read_gitignore(directory: Path) -> _GitIgnore | None:
     return ignore
 
 
+def _absolute(path: Path) -> Path:
+    """Absolute without following symlinks: resolving a symlink loop raises."""
+    return Path(os.path.abspath(path))
+
+
 class Discovery:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -87,7 +92,7 @@ class Discovery:
 
     def relative(self, path: Path) -> str:
         try:
-            return path.resolve().relative_to(self.settings.root).as_posix()
+            return _absolute(path).relative_to(self.settings.root).as_posix()
         except ValueError:
             return path.as_posix()
 
@@ -103,7 +108,7 @@ class Discovery:
         return self.settings.respect_gitignore and self._gitignored(path, is_dir)
 
     def _gitignored(self, path: Path, is_dir: bool) -> bool:
-        absolute = path.resolve()
+        absolute = _absolute(path)
         root = self.settings.root
         try:
             absolute.relative_to(root)
@@ -136,7 +141,7 @@ class Discovery:
         seen: set[Path] = set()
         for path in paths:
             if path.is_dir():
-                if self.excluded(path, True) and path.resolve() != self.settings.root:
+                if self.excluded(path, True) and _absolute(path) != self.settings.root:
                     continue
                 for directory, dirnames, filenames in os.walk(path):
                     here = Path(directory)

@@ -56,27 +56,38 @@ def _finding(path: str, code_name: tuple[str, str], line: int, column: int, mess
                    message=message, severity=Severity.ERROR, end_line=line, end_column=column)
 
 
+def _python_syntax_error(source: str, path: str) -> Finding | None:
+    try:
+        compile(source, path, "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as error:
+        return _finding(path, SYNTAX_ERROR, error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
+    except (RecursionError, MemoryError, ValueError):
+        return _finding(path, UNREADABLE, 1, 1, "too deeply nested to parse")
+    return None
+
+
 def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     """Lint one file's text. Never raises for bad input: it becomes a GL000/GL001 finding."""
     result = FileResult(path)
     if not ruleset.rules or not any(marker in source for marker in ruleset.markers):
         # Nothing to find here, so skip libcst (about 10x slower than CPython's own parser) but
         # still report a file that does not parse.
-        try:
-            compile(source, path, "exec", ast.PyCF_ONLY_AST)
-        except SyntaxError as error:
-            result.findings.append(_finding(path, SYNTAX_ERROR, error.lineno or 1, error.offset or 1,
-                                            f"syntax error: {error.msg}"))
-        except (RecursionError, MemoryError, ValueError):
-            result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to parse"))
+        problem = _python_syntax_error(source, path)
+        if problem is not None:
+            result.findings.append(problem)
         return result
     result.analyzed = True
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        message = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
-        result.findings.append(_finding(path, SYNTAX_ERROR, error.raw_line, error.raw_column + 1,
-                                        f"syntax error: {message}"))
+        # CPython's message ("'(' was never closed") is the one users know; libcst's is a
+        # grammar dump. When CPython accepts the file, it is syntax libcst does not support.
+        problem = _python_syntax_error(source, path)
+        if problem is None:
+            message = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
+            problem = _finding(path, SYNTAX_ERROR, error.raw_line, error.raw_column + 1,
+                               f"libcst cannot parse this file: {message}")
+        result.findings.append(problem)
         return result
     except RecursionError:
         result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to parse"))
@@ -140,6 +151,7 @@ _worker_count = 0
 def _init_worker(ruleset: RuleSet, max_bytes: int) -> None:
     global _worker_base, _worker_max_bytes
     _worker_base, _worker_max_bytes = ruleset, max_bytes
+    _worker_rulesets.clear()
     # libcst trees are large and acyclic: the automatic collector only costs time here
     # (parse of torch's sources: 50 s with it, 40 s without, measured); collect every few files.
     gc.disable()

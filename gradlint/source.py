@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 
 # A 28k-line file costs a libcst worker about 1 GB (measured); 1 MiB is ~25k lines of typical code.
@@ -17,7 +18,10 @@ class Unreadable:
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unreadable:
     try:
-        size = os.stat(path).st_size
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return Unreadable("not a regular file")  # a FIFO would block the run forever
+        size = info.st_size
         if size > max_bytes:
             return Unreadable(f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit (max-file-size)")
         with open(path, "rb") as handle:

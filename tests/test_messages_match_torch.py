@@ -1,0 +1,129 @@
+"""What the messages claim is what torch does: run the flagged code under the installed torch."""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+import weakref
+
+import pytest
+
+from gradlint.engine import RuleSet, lint_source
+from gradlint.registry import all_rules
+
+torch = pytest.importorskip("torch")
+
+
+
+def _lint(source: str):
+    rules = all_rules()
+    return lint_source(source, "op.py", RuleSet(rules, {}, tuple({m for r in rules for m in r.markers}))).findings
+
+
+def _load(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "op.py", "exec"), namespace)
+    return namespace
+
+
+TOO_FEW = textwrap.dedent("""
+    import torch
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, factor):
+            ctx.factor = factor
+            return x * factor
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.factor
+""")
+
+EXTRA_TENSOR = textwrap.dedent("""
+    import torch
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x + y
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad, grad
+""")
+
+CUSTOM_OP = textwrap.dedent("""
+    import torch
+    @torch.library.custom_op("gltest::scaled", mutates_args=())
+    def scaled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * w
+    @scaled.register_fake
+    def _(x, w):
+        return torch.empty_like(x)
+    def backward(ctx, g):
+        return g
+    scaled.register_autograd(backward)
+""")
+
+
+@pytest.mark.parametrize("source, call", [
+    (TOO_FEW, lambda ns: ns["Scale"].apply(torch.ones(3, requires_grad=True), 2.0)),
+    (EXTRA_TENSOR, lambda ns: ns["Twice"].apply(torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True))),
+    (CUSTOM_OP, lambda ns: ns["scaled"](torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True))),
+])
+def test_backward_count_message_quotes_the_error_torch_raises(source, call):
+    findings = [f for f in _lint(source) if f.code == "GL201"]
+    assert len(findings) == 1
+    namespace = _load(source)
+    with pytest.raises(RuntimeError) as raised:
+        call(namespace).sum().backward()
+    torch_text = str(raised.value).splitlines()[0]
+    assert torch_text in findings[0].message
+
+
+OWN_OUTPUT = textwrap.dedent("""
+    import torch
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            out = x.exp()
+            ctx.out = out
+            return out
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.out
+""")
+
+VIEW_OF_OUTPUT = OWN_OUTPUT.replace("ctx.out = out", "ctx.out = out[1:]").replace("grad * ctx.out", "grad")
+INPUT_ON_CTX = OWN_OUTPUT.replace("ctx.out = out", "ctx.out = x").replace("grad * ctx.out", "grad * ctx.out.exp()")
+
+
+def _storage_alive_after(source: str) -> tuple[bool, bool]:
+    """Run the op once with the collector off, drop everything: (alive after del, alive after gc)."""
+    namespace = _load(source)
+    gc.disable()
+    try:
+        x = torch.randn(1000, requires_grad=True)
+        out = namespace["Keep"].apply(x)
+        ref = weakref.ref(out.untyped_storage())
+        del out
+        alive_after_del = ref() is not None
+        gc.collect()
+        return alive_after_del, ref() is not None
+    finally:
+        gc.enable()
+
+
+def test_own_output_on_ctx_is_freed_only_by_the_cyclic_collector():
+    [finding] = [f for f in _lint(OWN_OUTPUT) if f.code == "GL101"]
+    assert "cyclic collector frees" in finding.message and finding.severity.value == "error"
+    assert _storage_alive_after(OWN_OUTPUT) == (True, False)
+
+
+def test_view_of_output_on_ctx_is_a_permanent_leak():
+    [finding] = [f for f in _lint(VIEW_OF_OUTPUT) if f.code == "GL101"]
+    assert "never frees" in finding.message and finding.severity.value == "error"
+    assert _storage_alive_after(VIEW_OF_OUTPUT) == (True, True)
+
+
+def test_input_on_ctx_forms_no_cycle_and_is_a_warning():
+    [finding] = [f for f in _lint(INPUT_ON_CTX) if f.code == "GL101"]
+    assert finding.severity.value == "warning" and "version-counter" in finding.message
+    assert _storage_alive_after(INPUT_ON_CTX) == (False, False)

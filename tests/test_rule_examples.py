@@ -1,0 +1,53 @@
+"""Every rule's own VALID and INVALID examples, run without naming any rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradlint.engine import RuleSet, lint_source
+from gradlint.registry import all_rules
+
+RULES = all_rules()
+
+
+def _only(rule) -> RuleSet:
+    return RuleSet((rule,), {}, rule.markers)
+
+
+VALID = [pytest.param(rule, source, id=f"{rule.code}-valid{i}") for rule in RULES for i, source in enumerate(rule.VALID)]
+INVALID = [pytest.param(rule, case, id=f"{rule.code}-invalid{i}") for rule in RULES for i, case in enumerate(rule.INVALID)]
+
+
+def test_every_rule_has_examples_and_a_complete_doc():
+    assert RULES, "no rules were found in gradlint.rules"
+    for rule in RULES:
+        assert rule.VALID and rule.INVALID, rule.code
+        for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
+            assert heading in rule.doc, (rule.code, heading)
+        assert rule.markers and rule.summary and rule.name
+
+
+def test_rule_codes_and_names_are_unique_and_stable_in_shape():
+    codes = [r.code for r in RULES]
+    names = [r.name for r in RULES]
+    assert len(set(codes)) == len(codes) and len(set(names)) == len(names)
+    assert all(len(c) == 5 and c.startswith("GL") and c[2:].isdigit() for c in codes)
+
+
+@pytest.mark.parametrize("rule, source", VALID)
+def test_valid_example_is_not_flagged(rule, source):
+    result = lint_source(source, "valid.py", _only(rule))
+    assert result.internal_error is None
+    assert [f for f in result.findings if f.code == rule.code] == []
+
+
+@pytest.mark.parametrize("rule, case", INVALID)
+def test_invalid_example_is_flagged_on_exactly_the_marked_lines(rule, case):
+    result = lint_source(case.source, "invalid.py", _only(rule))
+    assert result.internal_error is None
+    lines = case.source.splitlines()
+    expected = {n for n, text in enumerate(lines, 1) for marker in case.flagged if marker in text}
+    assert len(expected) == len(case.flagged), "each marker must name one line"
+    flagged = {f.line for f in result.findings if f.code == rule.code}
+    assert flagged == expected
+    assert all(f.message and f.column >= 1 for f in result.findings)
