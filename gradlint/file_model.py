@@ -14,7 +14,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import _SCALAR_LIKE, FunctionRole, Walk, Walker, looks_like_module
+from gradlint.flow import _SCALAR_LIKE, FunctionRole, Walk, Walker, _prescan, looks_like_module
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
 
@@ -77,7 +77,8 @@ class FileModel:
         self.module_names: set[str] = set()
         self._module_values: dict[str, Val] = {}
         self._classes: list[_ClassInfo] = []
-        self._all_functions: list[tuple[cst.FunctionDef, _ClassInfo | None]] = []
+        # Every def in the file with its class (for methods) and the def it is nested in.
+        self._all_functions: list[tuple[cst.FunctionDef, _ClassInfo | None, cst.FunctionDef | None]] = []
         self._custom_ops: dict[str, tuple[cst.FunctionDef, str | None]] = {}
         self._autograd_registrations: list[tuple[str, str | None, str | None]] = []
         self._scan(module.body, owner=None, top=True)
@@ -89,7 +90,7 @@ class FileModel:
 
     # ----- the statement-level scan (expressions are left to the walks) ---------------------
 
-    def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: bool = False) -> None:
+    def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: cst.FunctionDef | None = None) -> None:
         for statement in statements:
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
@@ -108,8 +109,8 @@ class FileModel:
                     self.functions[statement.name.value] = statement
                     self.module_names.add(statement.name.value)
                     self._note_custom_op(statement)
-                self._all_functions.append((statement, owner))
-                self._scan(statement.body.body, owner=None, top=False, in_function=True)
+                self._all_functions.append((statement, owner, in_function))
+                self._scan(statement.body.body, owner=None, top=False, in_function=statement)
             else:
                 for block in _blocks(statement):
                     self._scan(block, owner=owner, top=top, in_function=in_function)
@@ -359,7 +360,8 @@ class FileModel:
                     autograd_methods.add(id(method))
         modules_by_node = {id(m.node): m for m in self.module_classes}
         result = [self._plain_walk(self.module, FunctionRole("module"))]
-        for function, owner in self._all_functions:
+        parents = {id(f): parent for f, _, parent in self._all_functions}
+        for function, owner, parent in self._all_functions:
             if id(function) in autograd_methods:
                 continue
             role = FunctionRole("function")
@@ -376,11 +378,18 @@ class FileModel:
                     role.no_grad = True
             if _decorated_no_grad(function, self.imports):
                 role.no_grad = True
-            result.append(self._plain_walk(function, role))
+            closure: set[str] = set()
+            while parent is not None:
+                scan = _prescan(parent)
+                closure |= scan.assigned | scan.augmented | {p.name.value for p in _all_params(parent)}
+                parent = parents.get(id(parent))
+            result.append(self._plain_walk(function, role, frozenset(closure)))
         return result
 
-    def _plain_walk(self, function: cst.FunctionDef | cst.Module, role: FunctionRole) -> Walk:
+    def _plain_walk(self, function: cst.FunctionDef | cst.Module, role: FunctionRole,
+                    closure: frozenset[str] = frozenset()) -> Walk:
         walk = Walk(self, function, role)
+        walk.closure_names = closure
         walker = Walker(walk, function)
         if isinstance(function, cst.FunctionDef):
             params = {}

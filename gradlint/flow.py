@@ -132,6 +132,8 @@ class Walk:
         self.events: list[Event] = []
         # Bindings that forward returns (or setup_context receives as `output`).
         self.output_bindings: set[int] = set()
+        # Names the enclosing functions bind: what a nested function stores into them outlives it.
+        self.closure_names: frozenset[str] = frozenset()
 
     def of(self, kind: type) -> Iterator:
         return (e for e in self.events if isinstance(e, kind))
@@ -275,26 +277,36 @@ def _loop_info(node: cst.For | cst.While) -> Loop:
     node.body.visit(scan)
     iterable = node.iter if isinstance(node, cst.For) else node.test
     iter_text = cst.Module(body=[]).code_for_node(iterable)
-    fresh = set(scan.assigned)
-    # `total = total + loss` rebinds total but does not create it afresh in the loop.
-    fresh -= _self_referencing_assignments(node.body)
+    fresh = _fresh_names(node.body.body)
+    if isinstance(node, cst.For):
+        fresh |= set(_target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
     step = scan.step_calls or bool(_LOOP_ITERABLE.search(iter_text))
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
 
 
-def _self_referencing_assignments(body: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            read = {n.value for n in _names_in(node.value)}
-            for target in node.targets:
-                if isinstance(target.target, cst.Name) and target.target.value in read:
-                    found.add(target.target.value)
-
-    body.visit(V())
-    return found
+def _fresh_names(statements) -> set[str]:
+    """Names every iteration binds anew: assigned unconditionally in the loop body, not from
+    their own old value. `total = total + loss` and a periodic reset under an `if` both leave
+    `total` carrying values from one iteration to the next."""
+    fresh: set[str] = set()
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    read = {n.value for n in _names_in(small.value)}
+                    for target in small.targets:
+                        fresh.update(n for n in _target_names(target.target) if n not in read)
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    fresh.update(_target_names(small.target))
+        elif isinstance(statement, cst.With):
+            fresh |= _fresh_names(statement.body.body)
+            for item in statement.items:
+                if item.asname is not None:
+                    fresh.update(_target_names(item.asname.name))
+        elif isinstance(statement, (cst.Try, cst.TryStar)):
+            fresh |= _fresh_names(statement.body.body)
+    return fresh
 
 
 def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
@@ -469,7 +481,7 @@ class Walker:
             return "param"
         if name in self.scan.assigned or name in self.scan.augmented:
             return "local"
-        if name in self.enclosing:
+        if name in self.enclosing or name in self.walk.closure_names:
             return "closure"
         if isinstance(self.function, cst.Module):
             return "local"
@@ -782,10 +794,13 @@ class Walker:
         if method in api.DETACHING_METHODS:
             return Val(Kind.TENSOR, int64=receiver.int64)
         int64 = receiver.int64
-        if method in api.INT64_METHODS or self._int64_dtype(positional, keywords):
+        dtype = self._dtype_is_int64(args)
+        if method in api.INT64_METHODS:
             int64 = True
-        elif method in api.NOT_INT64_METHODS or ("dtype" in keywords) or self._any_dtype(positional):
+        elif method in api.NOT_INT64_METHODS:
             int64 = False
+        elif dtype is not None:
+            int64 = dtype
         if method in api.INDEX_PAIR_METHODS or (method in api.INDEX_PAIR_WITH_DIM and (positional or "dim" in keywords)):
             return self._index_pair(tensor(receiver, *positional))
         if method in api.SPLITTING_METHODS:
@@ -798,14 +813,20 @@ class Walker:
         return Val(Kind.CONTAINER, elements=(values.with_(int64=False), Val(Kind.TENSOR, int64=True)),
                    element_names=("values", "indices"))
 
-    def _int64_dtype(self, positional, keywords) -> bool:
-        dtype = keywords.get("dtype")
-        if dtype is not None and self.model.imports.qualify(dtype[0]) in api.INT64_DTYPES:
-            return True
-        return False
-
-    def _any_dtype(self, positional) -> bool:
-        return False
+    def _dtype_is_int64(self, args) -> bool | None:
+        """Whether a dtype argument (`dtype=torch.long`, `.to(torch.int32)`) is int64; None
+        when the call names no dtype."""
+        for arg, _ in args:
+            if arg.keyword is not None and arg.keyword.value != "dtype":
+                continue
+            if not isinstance(arg.value, (cst.Name, cst.Attribute)):
+                continue
+            name = self.model.imports.qualify(arg.value) or ""
+            if name in api.INT64_DTYPES:
+                return True
+            if name.startswith("torch.") and name.rsplit(".", 1)[-1] in api.DTYPE_NAMES:
+                return False
+        return None
 
     def _torch_call(self, name: str, args, positional, keywords) -> Val | None:
         if name in api.PARAMETER_CONSTRUCTORS:
@@ -826,9 +847,9 @@ class Walker:
             return self._index_pair(tensor(*sources))
         if name in api.SPLITTING_FUNCTIONS:
             return Val(Kind.CONTAINER, item=tensor(*sources))
-        dtype = keywords.get("dtype")
+        dtype = self._dtype_is_int64([(a, v) for a, v in args if a.keyword is not None])
         if dtype is not None:
-            int64 = self.model.imports.qualify(dtype[0]) in api.INT64_DTYPES
+            int64 = dtype
         elif name in api.INT64_FUNCTIONS:
             int64 = not ("out_int32" in keywords)
         elif name == "torch.arange":

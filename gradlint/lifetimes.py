@@ -22,7 +22,11 @@ def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
     if scope == "local":
         # A local built across a loop that is not a training loop (collecting per-layer outputs
         # to concatenate) is consumed within the step: not reported.
-        for loop in where.loops:
-            if loop.is_step_loop and name not in loop.fresh_names:
-                return "a variable created before the training loop"
+        # Only loops inside the innermost one that rebinds the name each iteration matter:
+        # an outer epoch loop does not make a per-batch variable outlive its batch.
+        loops = where.loops
+        fresh_in = [i for i, loop in enumerate(loops) if name in loop.fresh_names]
+        inner = loops[fresh_in[-1] + 1:] if fresh_in else loops
+        if any(loop.is_step_loop for loop in inner):
+            return "a variable created before the training loop"
     return None

@@ -62,6 +62,11 @@ INDEX_PAIR_WITH_DIM = frozenset({"max", "min", "median", "nanmedian"})
 INT64_METHODS = frozenset({"long", "argsort", "argmax", "argmin", "nonzero"})
 NOT_INT64_METHODS = frozenset({"int", "float", "double", "half", "bfloat16", "bool", "short", "byte", "char"})
 INT64_DTYPES = frozenset({"torch.long", "torch.int64", "torch.LongTensor"})
+DTYPE_NAMES = frozenset({
+    "float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int32", "int16",
+    "short", "int8", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble", "long", "int64",
+    "IntTensor", "FloatTensor",
+})
 
 INT64_FUNCTIONS = frozenset({
     "torch.argsort", "torch.argmax", "torch.argmin", "torch.nonzero", "torch.randint",

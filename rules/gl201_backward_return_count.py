@@ -42,6 +42,11 @@ def _count(expr: cst.BaseExpression | None, tuples: dict[str, Counted | None], s
         return [False] if expr.value in singles else None
     if isinstance(expr, cst.UnaryOperation):
         return [False]
+    if isinstance(expr, cst.Subscript):
+        # One element of a tuple, or a slice of one gradient tensor, is one value.
+        single = len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+        base_single = isinstance(expr.value, cst.Name) and expr.value.value in singles
+        return [False] if single or base_single else None
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
             and isinstance(expr.func.value, cst.Name) and expr.func.value.value in singles:
         return [False]  # grad_output.clone(), grad.neg()

@@ -46,7 +46,7 @@ def load_expected(path: Path = EXPECTED_FILE) -> set[Finding]:
 
 
 def run_linter() -> list[dict]:
-    cmd = [sys.executable, "-m", "gradlint", "check", "--output-format", "json", "--exit-zero", str(CORPUS_DIR)]
+    cmd = [sys.executable, "-m", "gradlint", "check", "--output-format", "json", "--exit-zero", "--isolated", str(CORPUS_DIR)]
     proc = subprocess.run(cmd, cwd=CORPUS_DIR.parent, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (
         f"`{' '.join(cmd)}` exited {proc.returncode} (expected 0 with --exit-zero)\n"

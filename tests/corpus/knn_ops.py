@@ -82,6 +82,28 @@ class EdgeFeature(th.autograd.Function):
         return grad_feat, None
 
 
+class KNNMaxPool(th.autograd.Function):
+    """Channel-wise max over the k nearest neighbours; the winners are kept as int32."""
+
+    @staticmethod
+    def forward(ctx, feat, pos, k):
+        knn = th.cdist(pos, pos).topk(k, dim=-1, largest=False).indices
+        b, n, c = feat.shape
+        nbr = th.gather(feat, 1, knn.reshape(b, n * k, 1).expand(b, n * k, c)).view(b, n, k, c)
+        out, arg = nbr.max(dim=2)
+        ctx.save_for_backward(knn.to(th.int32), arg.int())
+        ctx.num_points = n
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        knn32, arg32 = ctx.saved_tensors
+        winner = th.gather(knn32.long(), 2, arg32.long())
+        grad_feat = grad_out.new_zeros(grad_out.size(0), ctx.num_points, grad_out.size(-1))
+        grad_feat.scatter_add_(1, winner, grad_out)
+        return grad_feat, None, None
+
+
 class EdgeConv(nn.Module):
     def __init__(self, in_ch, out_ch, k=20):
         super().__init__()

@@ -33,7 +33,8 @@ class SegmentNormalize(F):
 
     @staticmethod
     def forward(ctx, src, lengths, eps=1e-6):
-        index = torch.repeat_interleave(torch.arange(lengths.numel(), device=src.device), lengths)
+        segments = torch.arange(lengths.numel(), device=src.device)
+        index = torch.repeat_interleave(segments, lengths).int()
         sq = src.new_zeros(lengths.numel()).index_add_(0, index, src.pow(2).sum(-1))
         norm = sq.sqrt().clamp_min(eps)
         out = src / norm.index_select(0, index).unsqueeze(-1)

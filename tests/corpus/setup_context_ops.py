@@ -76,7 +76,7 @@ class PairwiseDistance(autograd.Function):
         unit = (pos[src] - pos[dst]) / ctx.dist.unsqueeze(-1)
         g = grad_d.unsqueeze(-1) * unit
         grad_pos = torch.zeros_like(pos).index_add_(0, src, g).index_add_(0, dst, -g)
-        return grad_pos, None
+        return grad_pos, None, None
 
 
 class SoftTopK(autograd.Function):
