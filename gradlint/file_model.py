@@ -164,8 +164,9 @@ class FileModel:
                 setup = dotted(arg.value)
             if arg.keyword is not None and arg.keyword.value == "backward":
                 backward = dotted(arg.value)
-        if isinstance(func, cst.Attribute) and func.attr.value == "register_autograd":
-            qualified = self.imports.qualify(func)
+        qualified = self.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        if qualified == "torch.library.register_autograd" or (
+                isinstance(func, cst.Attribute) and func.attr.value == "register_autograd"):
             if qualified == "torch.library.register_autograd":
                 op = positional[0].evaluated_value if positional and isinstance(positional[0], cst.SimpleString) else None
                 op_function = next((name for name, (_, op_name) in self._custom_ops.items() if op_name == op), None)

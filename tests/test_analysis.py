@@ -1,0 +1,176 @@
+"""The shared analysis: finding autograd Functions whatever the import style, and the
+conservative tensor inference the rules stand on."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from gradlint.config import Settings
+from gradlint.engine import RuleSet, lint_source
+from gradlint.file_model import FileModel
+
+
+def model(source: str) -> FileModel:
+    return FileModel(cst.parse_module(textwrap.dedent(source)))
+
+
+def codes(source: str) -> list[tuple[int, str]]:
+    result = lint_source(textwrap.dedent(source), "t.py", RuleSet.from_settings(Settings()))
+    assert result.internal_error is None
+    return [(f.line, f.code) for f in result.findings]
+
+
+FORWARD = """
+    {imports}
+    class Op({base}):
+        @staticmethod
+        def forward({ctx}, x):
+            return x * 2
+        @staticmethod
+        def backward({ctx}, g):
+            return g * 2
+"""
+
+
+@pytest.mark.parametrize("imports, base", [
+    ("import torch", "torch.autograd.Function"),
+    ("import torch as th", "th.autograd.Function"),
+    ("from torch.autograd import Function as F", "F"),
+    ("from torch import autograd", "autograd.Function"),
+    ("import torch.autograd.function", "torch.autograd.function.Function"),
+    ("from torch.autograd.function import InplaceFunction", "InplaceFunction"),
+])
+@pytest.mark.parametrize("ctx", ["ctx", "self", "context"])
+def test_functions_are_found_whatever_the_import_style_and_ctx_name(imports, base, ctx):
+    found = model(FORWARD.format(imports=imports, base=base, ctx=ctx)).function_classes
+    assert [(f.name, f.style, len(f.forward_inputs)) for f in found] == [("Op", "ctx", 1)]
+
+
+def test_a_class_named_function_from_elsewhere_is_not_an_autograd_function():
+    source = FORWARD.format(imports="from sympy import Function", base="Function", ctx="ctx")
+    assert model(source).function_classes == []
+
+
+def test_subclass_of_a_same_file_function_inherits_forward_and_backward():
+    found = model("""
+        import torch
+        class Sub(Base):
+            pass
+        class Base(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a + b
+            @staticmethod
+            def backward(ctx, g):
+                return g, g
+    """).function_classes
+    assert sorted(f.name for f in found) == ["Base", "Sub"]
+    assert all(f.forward is not None and f.backward is not None for f in found)
+
+
+def test_custom_op_with_library_level_register_autograd():
+    found = model("""
+        import torch
+        from torch.library import custom_op, register_autograd
+        @custom_op("pc::knn", mutates_args=())
+        def knn(pos: torch.Tensor, k: int) -> torch.Tensor:
+            return pos
+        def setup(ctx, inputs, output):
+            ctx.save_for_backward(output)
+        def bwd(ctx, g):
+            return g, None
+        register_autograd("pc::knn", bwd, setup_context=setup)
+    """).function_classes
+    [op] = found
+    assert (op.style, op.op_name, op.setup_context.name.value, op.backward.name.value) == ("custom_op", "pc::knn", "setup", "bwd")
+    assert op.backward_node_name == "GeneratedBackwardFor_pc_knn_defaultBackward"
+
+
+# ----- tensor inference: what is never reported ------------------------------------------
+
+def test_scalars_shapes_dtypes_and_scalar_like_inputs_on_ctx_are_never_reported():
+    assert codes("""
+        import torch
+        class Op(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, idx, dim, k, num_nodes, eps=1e-6, reduce="sum", scale: float = 1.0):
+                ctx.dim = dim
+                ctx.k = k
+                ctx.num_nodes = num_nodes
+                ctx.eps, ctx.reduce, ctx.scale = eps, reduce, scale
+                ctx.shape = x.shape
+                ctx.n = x.size(0)
+                ctx.numel = x.numel()
+                ctx.norm = x.norm().item()
+                ctx.dtype, ctx.device = x.dtype, x.device
+                ctx.rows = len(idx)
+                ctx.big = bool(x.numel() > 10)
+                ctx.ids = idx.tolist()
+                ctx.save_for_backward(idx)
+                return x[idx]
+            @staticmethod
+            def backward(ctx, g):
+                return g, None, None, None, None, None, None, None
+    """) == []
+
+
+def test_a_parameter_used_as_a_python_scalar_is_not_a_tensor():
+    assert codes("""
+        import torch
+        class Op(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, parts, width):
+                ctx.parts = parts
+                ctx.width = width
+                return x.view(parts, width).sum(0) + torch.zeros(width)
+            @staticmethod
+            def backward(ctx, g):
+                return g, None, None
+    """) == []
+
+
+def test_detached_or_itemized_values_are_not_graph_attached():
+    assert codes("""
+        import torch
+        history, totals = [], {}
+        running = 0.0
+        for x, y in loader:
+            loss = model(x).sub(y).pow(2).mean()
+            loss.backward()
+            history.append(loss.item())
+            history.append(loss.detach())
+            history.append(float(loss))
+            totals["last"] = loss.detach().cpu().numpy()
+            running += loss.item()
+            with torch.no_grad():
+                history.append(model(x))
+    """) == []
+
+
+def test_unknown_calls_are_not_assumed_graph_attached():
+    assert codes("""
+        results = []
+        for batch in loader:
+            metrics = compute_metrics(batch)
+            results.append(metrics)
+            optimizer.step()
+    """) == []
+
+
+def test_graph_attached_via_module_call_criterion_and_backward():
+    assert codes("""
+        import torch
+        from torch import nn
+        net = nn.Linear(4, 1)
+        crit = nn.MSELoss()
+        kept, outs = [], []
+        for x, y in loader:
+            out = net(x)
+            loss = crit(out, y)
+            loss.backward()
+            kept.append(loss)
+            outs.append(out * 2)
+    """) == [(11, "GL103"), (12, "GL103")]
