@@ -96,8 +96,23 @@ class Discovery:
         except ValueError:
             return path.as_posix()
 
-    def excluded(self, path: Path, is_dir: bool) -> bool:
-        relative = self.relative(path)
+    def excluded(self, path: Path, is_dir: bool, given: Path | None = None) -> bool:
+        """Whether exclude patterns or .gitignore drop `path`. Patterns match the path relative
+        to the project root; for a path outside the project (`gradlint check /opt/lib/torch`)
+        only the part below the path the user gave counts, so naming a directory inside a
+        virtualenv on purpose still checks it."""
+        absolute = _absolute(path)
+        try:
+            relative = absolute.relative_to(self.settings.root).as_posix()
+        except ValueError:
+            if given is None:
+                return False
+            try:
+                relative = absolute.relative_to(_absolute(given)).as_posix()
+            except ValueError:
+                return False
+            if relative == ".":
+                return False
         parts = relative.split("/")
         for pattern in self.patterns:
             if "/" in pattern.rstrip("/"):
@@ -141,17 +156,17 @@ class Discovery:
         seen: set[Path] = set()
         for path in paths:
             if path.is_dir():
-                if self.excluded(path, True) and _absolute(path) != self.settings.root:
+                if self.excluded(path, True, path) and _absolute(path) != self.settings.root:
                     continue
                 for directory, dirnames, filenames in os.walk(path):
                     here = Path(directory)
-                    dirnames[:] = sorted(d for d in dirnames if not self.excluded(here / d, True))
+                    dirnames[:] = sorted(d for d in dirnames if not self.excluded(here / d, True, path))
                     for filename in sorted(filenames):
                         candidate = here / filename
-                        if filename.endswith(PYTHON_SUFFIXES) and not self.excluded(candidate, False):
+                        if filename.endswith(PYTHON_SUFFIXES) and not self.excluded(candidate, False, path):
                             if candidate not in seen:
                                 seen.add(candidate)
                                 yield candidate
-            elif not self.excluded(path, False) and path not in seen:
+            elif not self.excluded(path, False, path) and path not in seen:
                 seen.add(path)
                 yield path

@@ -14,7 +14,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import _SCALAR_LIKE, FunctionRole, Walk, Walker, _prescan, looks_like_module
+from gradlint.flow import _SCALAR_LIKE, FunctionRole, Prescan, Walk, Walker, looks_like_module
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
 
@@ -81,6 +81,7 @@ class FileModel:
         self._all_functions: list[tuple[cst.FunctionDef, _ClassInfo | None, cst.FunctionDef | None]] = []
         self._custom_ops: dict[str, tuple[cst.FunctionDef, str | None]] = {}
         self._autograd_registrations: list[tuple[str, str | None, str | None]] = []
+        self._prescans: dict[int, Prescan] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -261,6 +262,14 @@ class FileModel:
                 attributes[buffer] = Val(Kind.TENSOR, param=is_param)
         return attributes
 
+    def prescan(self, function: cst.FunctionDef | cst.Module) -> Prescan:
+        """One Prescan per function, shared by every walk of it (helpers are walked once per
+        call site, nested functions ask for their parents')."""
+        scan = self._prescans.get(id(function))
+        if scan is None:
+            scan = self._prescans[id(function)] = Prescan(function, frozenset(self.imports.aliases))
+        return scan
+
     # ----- what names at module level hold ----------------------------------------------------
 
     def global_value(self, name: str) -> Val:
@@ -295,7 +304,7 @@ class FileModel:
             walker = Walker(walk, target)
             bound = {ctx: Val(Kind.CTX)}
             for param in target.params.params[1:]:
-                bound[param.name.value] = self._input_value(param, walker)
+                bound[param.name.value] = self._input_value(param, walker.scan)
             walker.bind_params(bound)
             walker.run()
             for event in walk.events:
@@ -307,22 +316,24 @@ class FileModel:
         setup = function.setup_context
         if setup is None or len(setup.params.params) < 3:
             return None
-        ctx, inputs, output = (p.name.value for p in setup.params.params[:3])
+        names = [p.name.value for p in setup.params.params]
+        # custom ops with keyword-only arguments pass them third: (ctx, inputs, keyword_only_inputs, output)
+        ctx, inputs, output = names[0], names[1], names[-1] if len(names) >= 4 else names[2]
         walk = Walk(self, setup, FunctionRole("setup_context", ctx_name=ctx, owner_class=function.name))
         walker = Walker(walk, setup)
         forward_inputs = function.forward_inputs or []
-        input_values = tuple(self._input_value(p, walker) for p in forward_inputs)
+        input_values = tuple(self._input_value(p, self.prescan(function.forward)) for p in forward_inputs)
         output_value = self._output_value(function)
         walk.output_bindings.update(_bindings_of(output_value))
         walker.bind_params({
             ctx: Val(Kind.CTX),
-            inputs: Val(Kind.CONTAINER, elements=input_values, item=None if input_values else Val(Kind.TENSOR, is_input=True)),
+            inputs: Val(Kind.CONTAINER, elements=input_values),
             output: output_value,
         })
         walker.run()
         return walk
 
-    def _input_value(self, param: cst.Param, walker: Walker) -> Val:
+    def _input_value(self, param: cst.Param, scan: Prescan) -> Val:
         """A forward input: a tensor unless the code shows it is a Python scalar."""
         name = param.name.value
         if param.annotation is not None:
@@ -330,26 +341,41 @@ class FileModel:
             return Val(Kind.TENSOR, is_input=True) if "Tensor" in text else SCALAR
         if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
             return SCALAR
-        if _SCALAR_LIKE.match(name) or name in walker.scan.scalar_uses:
+        if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
             return SCALAR
+        if name not in scan.tensor_names:
+            return UNKNOWN
         return Val(Kind.TENSOR, is_input=True)
 
     def _output_value(self, function: AutogradFunction) -> Val:
-        """setup_context's `output`: a tuple when forward returns one, else one tensor."""
-        count = None
-        if function.forward is not None:
-            returns = function.forward.returns
-            if returns is not None:
-                text = self.module.code_for_node(returns.annotation)
-                if text.startswith(("tuple[", "Tuple[", "typing.Tuple[")):
-                    count = text.count(",") + 1
-            for node in _returns_in(function.forward):
-                if isinstance(node.value, cst.Tuple):
-                    count = len(node.value.elements)
-        if count:
-            return Val(Kind.CONTAINER, elements=tuple(
-                Val(Kind.TENSOR, binding=new_binding()) for _ in range(count)), binding=new_binding())
-        return Val(Kind.TENSOR, binding=new_binding())
+        """setup_context's `output`: what forward returns, one element per returned value when it
+        returns a tuple. An element counts as a tensor only when forward visibly returns one
+        there (a NumPy array returned beside the tensor is no cycle)."""
+        returned = self._forward_returns(function)
+        if returned is not None and returned.kind is Kind.CONTAINER and returned.elements:
+            elements = tuple(Val(Kind.TENSOR if e.kind is Kind.TENSOR else Kind.UNKNOWN, binding=new_binding())
+                             for e in returned.elements)
+            return Val(Kind.CONTAINER, elements=elements, binding=new_binding())
+        annotation = function.forward.returns if function.forward is not None else None
+        if annotation is not None and "Tensor" in self.module.code_for_node(annotation.annotation) \
+                and "uple" not in self.module.code_for_node(annotation.annotation):
+            return Val(Kind.TENSOR, binding=new_binding())
+        kind = returned.kind if returned is not None and returned.kind is Kind.TENSOR else Kind.UNKNOWN
+        return Val(kind, binding=new_binding())
+
+    def _forward_returns(self, function: AutogradFunction) -> Val | None:
+        """The value forward's last `return` gives, its inputs taken as tensors."""
+        forward = function.forward
+        if forward is None:
+            return None
+        from gradlint.flow import ReturnValue
+
+        walk = Walk(self, forward, FunctionRole("function"))
+        walker = Walker(walk, forward)
+        walker.bind_params({p.name.value: Val(Kind.TENSOR, is_input=True) for p in _all_params(forward)})
+        walker.run()
+        returns = [e.value for e in walk.of(ReturnValue)]
+        return returns[-1] if returns else None
 
     @cached_property
     def walks(self) -> list[Walk]:
@@ -379,9 +405,11 @@ class FileModel:
                     role.no_grad = True
             if _decorated_no_grad(function, self.imports):
                 role.no_grad = True
+            if not self.prescan(function).stores:
+                continue  # nothing in it can keep a value past its statement
             closure: set[str] = set()
             while parent is not None:
-                scan = _prescan(parent)
+                scan = self.prescan(parent)
                 closure |= scan.assigned | scan.augmented | {p.name.value for p in _all_params(parent)}
                 parent = parents.get(id(parent))
             result.append(self._plain_walk(function, role, frozenset(closure)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -25,9 +26,11 @@ if TYPE_CHECKING:
 
 # A name that is almost always a module or a loss function in training code.
 _MODULE_LIKE = re.compile(
-    r"(^|_)(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|"
-    r"lossfn|generator|discriminator)$"
+    r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn)$"
+    r"|^\w+_(model|net|encoder|decoder|backbone)$"
 )
+# `get_model`, `build_net`: functions that make a module, not modules.
+_FACTORY_PREFIX = re.compile(r"^(get|make|build|create|load|init|setup|wrap|to|is|has)_")
 # Forward parameters named like this hold Python scalars in practice (dim, k, eps, ...).
 _SCALAR_LIKE = re.compile(
     r"^(dim|dims|axis|k|eps|alpha|beta|p|scale|reduce|reduction|mode|inplace|training|size|shape|"
@@ -39,7 +42,8 @@ _LOOP_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
 
 
 def looks_like_module(name: str) -> bool:
-    return bool(_MODULE_LIKE.search(name.split(".")[-1].lower()))
+    last = name.split(".")[-1]
+    return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class ContainerAdd:
     scope: str  # local, global, closure, param, attribute, self-attribute
     method: str  # append, extend, insert, setitem, setdefault, update, +=
     value: Val
+    overwrites: bool = False  # `d["last"] = v`, `buf[0] = v`: replaces one slot, does not grow
 
 
 @dataclass(frozen=True)
@@ -145,98 +150,216 @@ class Walk:
         return bool(v.view_of & self.output_bindings) and not self.is_output(v)
 
 
-class _Prescan(cst.CSTVisitor):
-    """One cheap pass over a function body (nested scopes excluded) for the facts the walk
-    needs before it starts: which names are assigned, declared global, fed to backward()."""
+# Fields that hold only whitespace and punctuation: never worth descending into.
+_SKIPPED_FIELDS = frozenset({
+    "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "header",
+    "footer", "colon", "equal", "dot", "operator", "asynchronous", "star", "walrus", "lbracket",
+    "rbracket", "lbrace", "rbrace", "newline", "indent", "trailing_whitespace", "trailing_comma",
+    "whitespace_after_at", "whitespace_before_colon", "arrow", "whitespace_after_star",
+    "whitespace_after_param", "whitespace_before_params", "whitespace_after_def",
+    "whitespace_after_class", "whitespace_after_arg", "whitespace_before_args",
+})
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
-    def __init__(self) -> None:
+
+def _child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Direct children that can hold code. Plain attribute reads: libcst's own visitor rebuilds
+    every node it passes and costs about as much as the parse (measured on torch's sources)."""
+    fields = _FIELDS.get(type(node))
+    if fields is None:
+        fields = _FIELDS[type(node)] = tuple(
+            f for f in node.__dataclass_fields__ if f not in _SKIPPED_FIELDS and not f.startswith("whitespace"))
+    for name in fields:
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            for item in value:
+                if _is_node(type(item)):
+                    yield item
+        elif _is_node(kind):
+            yield value
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def _is_node(kind: type) -> bool:
+    known = _NODE_TYPES.get(kind)
+    if known is None:  # isinstance against libcst's abstract bases is slow: ask once per type
+        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+class Prescan:
+    """One cheap pass over a function body (nested functions and classes excluded) for the
+    facts the walk needs before it starts: which names are assigned or declared global, which
+    feed backward(), which parameters are used as Python scalars, which loops run steps."""
+
+    def __init__(self, root: cst.CSTNode, imported: frozenset[str] = frozenset()) -> None:
+        self.imported = imported  # `dist.scatter(out, src)`: a module's function, not a tensor method
         self.assigned: set[str] = set()
         self.augmented: set[str] = set()  # only ever `x += ...`: updated, never created here
         self.declared_global: set[str] = set()
         self.declared_nonlocal: set[str] = set()
         self.backward_roots: set[str] = set()
         self.scalar_uses: set[str] = set()
-        self.step_calls = False
-        self._depth = 0
+        # Names used the way only tensors are: a tensor method's receiver, a torch.* argument,
+        # saved for backward. A forward input with no such use is not assumed to be a tensor
+        # (ctx.group = group in torch.distributed is a process group, not a tensor).
+        self.tensor_uses: set[str] = set()
+        self.arithmetic: list[tuple[str, str]] = []
+        self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
+        # Anything that can keep a value past the statement: attribute or subscript stores,
+        # `+=`, container methods, setattr, globals. A function with none yields no events
+        # a rule asks about except returns, so ordinary walks skip it.
+        self.stores = False
+        self._loops: list[cst.CSTNode] = []
+        body = root.body if isinstance(root, cst.FunctionDef) else root
+        self._visit(body)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self._depth += 1
-        return self._depth == 1
+    def _visit(self, node: cst.CSTNode) -> None:
+        kind = type(node)
+        if kind in _NESTED_SCOPES:
+            return
+        note = _NOTES.get(kind)
+        if note is not None:
+            note(self, node)
+        is_loop = kind is cst.For or kind is cst.While
+        if is_loop:
+            self._loops.append(node)
+        for child in _child_nodes(node):
+            self._visit(child)
+        if is_loop:
+            self._loops.pop()
 
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._depth -= 1
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_Global(self, node: cst.Global) -> None:
-        self.declared_global.update(n.name.value for n in node.names)
-
-    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-        self.declared_nonlocal.update(n.name.value for n in node.names)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+    def _assign_target(self, node: cst.AssignTarget) -> None:
         self.assigned.update(_target_names(node.target))
+        if not isinstance(node.target, cst.Name):
+            self.stores = True  # ctx.x = / self.x = / d[k] = / a, b =
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+    def _aug_assign(self, node: cst.AugAssign) -> None:
+        self.augmented.update(_target_names(node.target))
+        self.stores = True
+
+    def _ann_assign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self.assigned.update(_target_names(node.target))
+            self.stores = True
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.augmented.update(_target_names(node.target))
-
-    def visit_For(self, node: cst.For) -> None:
+    def _for(self, node: cst.For) -> None:
         self.assigned.update(_target_names(node.target))
 
-    def visit_WithItem(self, node: cst.WithItem) -> None:
+    def _with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None:
             self.assigned.update(_target_names(node.asname.name))
 
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+    def _named_expr(self, node: cst.NamedExpr) -> None:
         self.assigned.update(_target_names(node.target))
 
-    def visit_If(self, node: cst.If) -> None:
+    def _global(self, node: cst.Global) -> None:
+        self.declared_global.update(n.name.value for n in node.names)
+        self.stores = True
+
+    def _nonlocal(self, node: cst.Nonlocal) -> None:
+        self.declared_nonlocal.update(n.name.value for n in node.names)
+
+    def _if(self, node: cst.If) -> None:
         if isinstance(node.test, cst.Name):
             self.scalar_uses.add(node.test.value)
 
-    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+    def _unary(self, node: cst.UnaryOperation) -> None:
         if isinstance(node.operator, cst.Not) and isinstance(node.expression, cst.Name):
             self.scalar_uses.add(node.expression.value)
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def _attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.attr.value in api.TENSOR_ATTRIBUTES:
+            self.tensor_uses.add(node.value.value)
+
+    def _binary(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.left, cst.Name) and isinstance(node.right, cst.Name):
+            self.arithmetic.append((node.left.value, node.right.value))
+
+    @cached_property
+    def tensor_names(self) -> frozenset[str]:
+        """tensor_uses, plus names in arithmetic with one of them (`x * w`, x.shape read)."""
+        names = set(self.tensor_uses)
+        changed = True
+        while changed:
+            changed = False
+            for a, b in self.arithmetic:
+                for known, other in ((a, b), (b, a)):
+                    if known in names and other not in names and other not in self.scalar_uses:
+                        names.add(other)
+                        changed = True
+        return frozenset(names)
+
+    def _subscript(self, node: cst.Subscript) -> None:
+        # x.shape[p]: p is an int.
+        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+            for element in node.slice:
+                if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name):
+                    self.scalar_uses.add(element.slice.value.value)
+
+    def _call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Attribute):
             method = func.attr.value
-            if method in ("backward",):
+            if method in _STORING_METHODS:
+                self.stores = True
+            receiver = func.value.value if isinstance(func.value, cst.Name) else None
+            if receiver not in self.imported:
+                if receiver is not None and method in api.TENSOR_ONLY_METHODS:
+                    self.tensor_uses.add(receiver)
+                if method in api.TENSOR_ARGUMENT_METHODS:
+                    self.tensor_uses.update(a.value.value for a in node.args
+                                            if isinstance(a.value, cst.Name) and a.keyword is None)
+            if method == "save_for_backward" or (dotted(func) or "").startswith(("torch.", "F.", "th.")):
+                self.tensor_uses.update(a.value.value for a in node.args
+                                        if isinstance(a.value, cst.Name) and a.keyword is None)
+            if method == "backward":
                 self.backward_roots.update(_roots(func.value))
             if method in ("step", "zero_grad", "backward"):
-                self.step_calls = True
+                self.step_loops.update(id(loop) for loop in self._loops)
             if method in api.SHAPE_TAKING_METHODS:
                 self._scalar_args(node)
         name = dotted(func)
-        if name in api.SCALAR_CONVERSIONS or (name or "").split(".")[-1] in ("zeros", "ones", "empty", "full", "arange", "randn", "rand", "eye"):
+        if name == "setattr":
+            self.stores = True
+        last = (name or "").split(".")[-1]
+        if name in api.SCALAR_CONVERSIONS or last in ("zeros", "ones", "empty", "full", "arange", "randn", "rand", "eye"):
             self._scalar_args(node)
-        if name in ("torch.autograd.backward", "torch.autograd.grad", "autograd.backward", "autograd.grad") and node.args:
+        if last in ("backward", "grad") and (name or "").startswith(("torch.autograd.", "autograd.")) and node.args:
             self.backward_roots.update(_roots(node.args[0].value))
         for arg in node.args:
             kw = arg.keyword.value if arg.keyword else None
             if kw in ("dim", "k", "dim_size", "num_segments", "size", "axis", "eps") and isinstance(arg.value, cst.Name):
                 self.scalar_uses.add(arg.value.value)
 
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        # x.shape[p] / x.size()[p]: p is an int.
-        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
-            for element in node.slice:
-                if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name):
-                    self.scalar_uses.add(element.slice.value.value)
-
     def _scalar_args(self, node: cst.Call) -> None:
         for arg in node.args:
             if isinstance(arg.value, cst.Name) and arg.keyword is None:
                 self.scalar_uses.add(arg.value.value)
+
+
+_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update",
+                              "save_for_backward"})
+_NOTES = {
+    cst.Call: Prescan._call,
+    cst.AssignTarget: Prescan._assign_target,
+    cst.AugAssign: Prescan._aug_assign,
+    cst.AnnAssign: Prescan._ann_assign,
+    cst.For: Prescan._for,
+    cst.WithItem: Prescan._with_item,
+    cst.NamedExpr: Prescan._named_expr,
+    cst.Global: Prescan._global,
+    cst.Nonlocal: Prescan._nonlocal,
+    cst.If: Prescan._if,
+    cst.UnaryOperation: Prescan._unary,
+    cst.Subscript: Prescan._subscript,
+    cst.Attribute: Prescan._attribute,
+    cst.BinaryOperation: Prescan._binary,
+}
 
 
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:
@@ -265,23 +388,14 @@ def _roots(expr: cst.BaseExpression) -> Iterator[str]:
         yield from _roots(expr.value)
 
 
-def _prescan(node: cst.CSTNode) -> _Prescan:
-    scan = _Prescan()
-    node.visit(scan)
-    return scan
-
-
-def _loop_info(node: cst.For | cst.While) -> Loop:
-    scan = _Prescan()
-    scan._depth = 1  # the loop body is inside the function already
-    node.body.visit(scan)
+def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
     iterable = node.iter if isinstance(node, cst.For) else node.test
     iter_text = cst.Module(body=[]).code_for_node(iterable)
     fresh = _fresh_names(node.body.body)
     if isinstance(node, cst.For):
         fresh |= set(_target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
-    step = scan.step_calls or bool(_LOOP_ITERABLE.search(iter_text))
+    step = id(node) in scan.step_loops or bool(_LOOP_ITERABLE.search(iter_text))
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
 
 
@@ -355,8 +469,7 @@ class Walker:
         self.loops: list[Loop] = []
         self.no_grad = walk.role.no_grad
         self.nested_defs: dict[str, cst.FunctionDef] = dict(nested_defs or {})
-        body = function.body if isinstance(function, cst.FunctionDef) else function
-        self.scan = _prescan(function if isinstance(function, cst.FunctionDef) else body)
+        self.scan = walk.model.prescan(function)
         self.params: set[str] = set()
 
     # ----- entry points ---------------------------------------------------------------------
@@ -433,7 +546,7 @@ class Walker:
                     self.ev(child)
 
     def _loop(self, node: cst.For | cst.While) -> None:
-        loop = _loop_info(node)
+        loop = _loop_info(node, self.scan)
         if isinstance(node, cst.For):
             iterable = self.ev(node.iter)
             self.loops.append(loop)
@@ -509,21 +622,21 @@ class Walker:
             if owner_name == self.role.self_name:
                 self.env[f"{owner_name}.{target.attr.value}"] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
-            elements = [e.value for e in target.elements]
-            if any(isinstance(e, cst.StarredElement) for e in elements):
-                for element in elements:
-                    inner = element.value if isinstance(element, cst.StarredElement) else element
-                    self._bind(inner, UNKNOWN, line)
+            if any(isinstance(e, cst.StarredElement) for e in target.elements):
+                for element in target.elements:  # positions past a *rest are unknown
+                    self._bind(element.value, UNKNOWN, line)
                 return
-            for index, element in enumerate(elements):
-                self._bind(element, value.element(index), line)
+            for index, element in enumerate(target.elements):
+                self._bind(element.value, value.element(index), line)
         elif isinstance(target, cst.Subscript):
             container = self.ev(target.value)
             for element in target.slice:
                 if isinstance(element.slice, cst.Index):
                     self.ev(element.slice.value)
             if container.kind is not Kind.TENSOR and line is not None:
-                self._container_add(target.value, "setitem", value, line)
+                literal_key = len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
+                    isinstance(target.slice[0].slice.value, (cst.Integer, cst.SimpleString))
+                self._container_add(target.value, "setitem", value, line, overwrites=literal_key)
 
     def _augmented(self, node: cst.AugAssign, line: cst.CSTNode) -> None:
         value = self.ev(node.value)
@@ -545,7 +658,8 @@ class Walker:
         elif isinstance(target, cst.Subscript):
             self.ev(target.value)
 
-    def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode) -> None:
+    def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
+                       overwrites: bool = False) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -555,7 +669,7 @@ class Walker:
             scope = "attribute"
         else:
             return  # a container we cannot name: a call result, a subscript of one
-        self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value))
+        self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites))
 
     # ----- expressions ----------------------------------------------------------------------
 
@@ -838,10 +952,8 @@ class Walker:
             if name.startswith("torch.nn.init."):
                 return SCALAR
             return None
-        if not name.startswith("torch."):
+        if not api.is_tensor_op(name):
             return None
-        if name in api.NOT_TENSOR_FUNCTIONS or name.startswith(api.NOT_TENSOR_NAMESPACES):
-            return UNKNOWN
         sources = [v for _, v in args]
         if name in api.INDEX_PAIR_FUNCTIONS or (name.rsplit(".", 1)[-1] in api.INDEX_PAIR_WITH_DIM and len(positional) > 1):
             return self._index_pair(tensor(*sources))

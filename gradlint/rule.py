@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
@@ -37,12 +39,18 @@ class Rule:
     severity: ClassVar[Severity] = Severity.ERROR
     summary: ClassVar[str]  # one line, for `gradlint rules`
     doc: ClassVar[str]  # What it does / Why is this bad? / Example / Use instead
-    # Text that must occur in a file for the rule to find anything there: files with none of
-    # the selected rules' markers are not parsed (only ~7% of torch's own files qualify).
-    markers: ClassVar[tuple[str, ...]]
+    # Text that must occur in a file for the rule to find anything there: a string, or a tuple
+    # of strings that must all occur. Files with none of the selected rules' markers are not
+    # parsed by libcst (most of torch's own files have none).
+    markers: ClassVar[tuple[str | tuple[str, ...], ...]]
     default_enabled: ClassVar[bool] = True
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def precheck(self, tree: ast.Module) -> bool:
+        """Whether CPython's tree of the file can hold a finding. Cheap structural questions only
+        (see gradlint/prechecks.py); the real analysis runs on libcst's tree afterwards."""
+        return True
 
     def check(self, model: "FileModel") -> Iterable[Hit]:
         raise NotImplementedError

@@ -88,12 +88,6 @@ NOT_TENSOR_FUNCTIONS = frozenset({
     "torch.are_deterministic_algorithms_enabled", "torch.is_floating_point", "torch.is_complex",
     "torch.autograd.backward", "torch.autograd.Function", "torch.library.custom_op",
 })
-NOT_TENSOR_NAMESPACES = (
-    "torch.cuda.", "torch.backends.", "torch.distributed.", "torch.jit.", "torch.utils.data.",
-    "torch.library.", "torch.optim.", "torch.testing.", "torch.autograd.function.", "torch.fx.",
-    "torch.onnx.", "torch.export.", "torch.profiler.", "torch.multiprocessing.", "torch.hub.",
-    "torch.compiler.", "torch._dynamo.", "torch.accelerator.",
-)
 # Returns the module it is called on.
 MODULE_RETURNING_METHODS = frozenset({
     "to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16",
@@ -116,3 +110,37 @@ SCALAR_BUILTINS = frozenset({
     "len", "int", "float", "bool", "str", "isinstance", "hasattr", "callable", "id", "repr",
     "range", "print", "issubclass", "type", "hash", "format", "divmod", "round",
 })
+
+# Methods that (in autograd code) only tensors have: a name used as their receiver is a tensor.
+TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | INT64_METHODS | frozenset({
+    "size", "dim", "numel", "item", "element_size", "stride", "is_contiguous", "data_ptr",
+    "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "index_select", "gather",
+    "scatter", "scatter_add", "scatter_add_", "index_add", "index_add_", "index_put_", "masked_fill",
+    "masked_fill_", "clone", "matmul", "mm", "bmm", "exp", "log", "sigmoid", "tanh", "relu", "abs",
+    "sum", "mean", "float", "double", "half", "int", "bool", "detach", "requires_grad_", "zero_",
+    "fill_", "add_", "mul_", "copy_", "clamp", "pow", "sqrt", "softmax", "log_softmax", "norm",
+    "argmax", "argmin", "nonzero", "unique", "cumsum", "repeat_interleave", "flip", "roll", "t",
+})
+# Tensor methods whose positional arguments are tensors too (an index, an operand).
+TENSOR_ARGUMENT_METHODS = frozenset({
+    "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+    "scatter_reduce_", "index_add", "index_add_", "index_put_", "index_copy_", "masked_fill",
+    "masked_fill_", "masked_select", "matmul", "mm", "bmm", "expand_as", "view_as", "type_as",
+    "reshape_as", "copy_", "add_", "mul_", "sub_", "div_", "addcmul_", "lerp_",
+})
+TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "requires_grad", "grad", "data",
+                               "is_cuda", "grad_fn", "ndim"})
+
+_TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
+
+
+def is_tensor_op(name: str) -> bool:
+    """A torch function that returns tensors: public top-level ops (torch.cat, torch.zeros) and
+    the functional namespaces. Helpers imported from torch's private or utility modules
+    (torch._utils._get_device_index, torch._C.*) are not assumed to."""
+    if name in NOT_TENSOR_FUNCTIONS:
+        return False
+    if name.startswith(_TENSOR_NAMESPACES):
+        return not name.rsplit(".", 1)[-1].startswith("_")
+    parts = name.split(".")
+    return len(parts) == 2 and parts[0] == "torch" and parts[1][:1].islower()

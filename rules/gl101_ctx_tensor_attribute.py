@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.flow import AttributeStore, Walk
@@ -12,6 +13,8 @@ from gradlint.values import Kind, Val
 def stored_kind(walk: Walk, value: Val) -> str | None:
     """What a ctx attribute holds: output, view (of the output), container (of the output),
     tensor (an input or intermediate), or None (not a tensor, or unknown)."""
+    if value.kind not in (Kind.TENSOR, Kind.CONTAINER):
+        return None
     if walk.is_output(value):
         return "output"
     if walk.is_view_of_output(value):
@@ -31,7 +34,7 @@ class CtxTensorAttribute(Rule):
     name = "ctx-tensor-attribute"
     severity = Severity.ERROR
     summary = "a tensor kept as a ctx attribute instead of ctx.save_for_backward"
-    markers = ("Function", "setup_context", "register_autograd")
+    markers = (("autograd", "def forward"), "register_autograd")
     doc = """
 ## What it does
 Flags a tensor stored as an attribute of `ctx` in an autograd Function's `forward` or
@@ -128,13 +131,14 @@ class Exp(F):
         return y
 """, ("context.tail = y[1:]", "context.inp = x")),
         Invalid("""
+import torch
 import torch.autograd.function
 class Base(torch.autograd.function.Function):
     pass
 class Mul(Base):
     @staticmethod
     def forward(ctx, a, b):
-        out = a * b
+        out = torch.mul(a, b)
         ctx.a, ctx.b = a, b
         setattr(ctx, "keep", [out])
         return out
@@ -165,6 +169,9 @@ def bwd(ctx, g):
 sq.register_autograd(bwd, setup_context=setup)
 """, ("ctx.out = output",)),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function, walk in model.autograd_walks:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.flow import AttributeStore, ContainerAdd, NameStore
@@ -13,7 +14,7 @@ class SelfTensorAttribute(Rule):
     name = "self-tensor-attribute"
     severity = Severity.ERROR
     summary = "a graph-attached tensor kept on a module (or a global) across steps"
-    markers = ("Module",)
+    markers = (("Module", "def forward"),)
     doc = """
 ## What it does
 Flags, inside an `nn.Module`'s `forward`, a graph-attached tensor (the result of a submodule
@@ -113,6 +114,9 @@ class Rnn(Module):
         return self.hidden
 """, ("self.hidden = self.cell", "self.scaled = x * self.weight")),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.stores_on_self_in(tree, "forward")
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for walk in model.walks:

@@ -18,14 +18,18 @@ class GraphAppend(Rule):
     name = "graph-append"
     severity = Severity.ERROR
     summary = "a loss or model output kept in a list/dict that outlives the step"
-    markers = ("backward", "Module", "model", "criterion", "nn.")
+    # A graph-attached value needs a backward() in the file or a model-like call (a training step
+    # driven by a framework: Lightning's training_step), and somewhere to keep it.
+    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
+               *((op, call) for op in ("append(", "insert(", "extend(", "] =") for call in ("model(", "net(", "criterion(", "loss_fn(")))
     doc = """
 ## What it does
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop, a module-level global, an
 attribute, a closure variable, or a parameter (the caller's list). Step functions with no loop
-count too: the caller loops.
+count too: the caller loops. A store into one fixed slot (`last["loss"] = loss`) replaces the
+previous step's value and is reported as a warning: it holds one step's graph, not all of them.
 
 ## Why is this bad?
 Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd
@@ -103,8 +107,8 @@ def train_step(model, batch):
     loss = F.cross_entropy(model(x), y)
     loss.backward()
     HISTORY.append(loss)
-    STATS["last"] = loss
-""", ("HISTORY.append(loss)", 'STATS["last"] = loss')),
+    STATS[len(HISTORY)] = loss
+""", ("HISTORY.append(loss)", "STATS[len(HISTORY)] = loss")),
         Invalid("""
 class Trainer:
     def step(self, batch):
@@ -124,6 +128,12 @@ class Trainer:
                     continue  # GL102 reports a module keeping its own activations
                 why = outlives_step(event.scope, event.container_name, event.where)
                 if why is None:
+                    continue
+                if event.overwrites:  # one slot, replaced every step: one step's graph, not all
+                    yield Hit(event.where.node, (
+                        f"a graph-attached tensor is stored into {event.container_name} ({why}): it keeps "
+                        "this step's autograd graph (and its activations when backward is not run) alive "
+                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING)
                     continue
                 verb = _VERBS.get(event.method, "added to")
                 yield Hit(event.where.node, (

@@ -14,7 +14,8 @@ class GraphAccumulate(Rule):
     name = "graph-accumulate"
     severity = Severity.ERROR
     summary = "a loss summed into a total that outlives the step, without .item()"
-    markers = ("backward", "Module", "model", "criterion", "nn.")
+    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
+               *(("+", call) for call in ("model(", "net(", "criterion(", "loss_fn(")))
     doc = """
 ## What it does
 Flags `total += loss` and `total = total + loss` where `loss` is graph-attached and `total`

@@ -4,6 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, returns_in
 from gradlint.findings import Severity
 from gradlint.rule import Hit, Invalid, Rule
@@ -116,7 +117,7 @@ class BackwardReturnCount(Rule):
     name = "backward-return-count"
     severity = Severity.ERROR
     summary = "backward returns a different number of gradients than forward has inputs"
-    markers = ("Function", "setup_context", "register_autograd")
+    markers = (("autograd", "def backward"), "register_autograd")
     doc = """
 ## What it does
 Counts the values each `return` of an autograd Function's `backward` gives and compares them
@@ -226,6 +227,9 @@ def backward(ctx, g):
 gather.register_autograd(backward)
 """, ("return g",)),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function in model.function_classes:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.flow import AttributeStore, SavedForBackward
@@ -25,7 +26,7 @@ class Int64IndexSaved(Rule):
     name = "int64-index-saved"
     severity = Severity.NOTE
     summary = "an int64 index tensor saved for backward (twice the memory of int32)"
-    markers = ("Function", "setup_context", "register_autograd")
+    markers = (("autograd", "def forward"), "register_autograd")
     doc = f"""
 ## What it does
 Flags an index tensor that is certainly int64 (`.long()`, `.to(torch.int64)`,
@@ -86,6 +87,9 @@ class Knn(th.autograd.Function):
         return nbr
 """, ("ctx.save_for_backward(pos, nbr.long())", "ctx.save_for_backward(pos, rows)")),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for _, walk in model.autograd_walks:

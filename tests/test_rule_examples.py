@@ -11,7 +11,7 @@ RULES = all_rules()
 
 
 def _only(rule) -> RuleSet:
-    return RuleSet((rule,), {}, rule.markers)
+    return RuleSet((rule,), {})
 
 
 VALID = [pytest.param(rule, source, id=f"{rule.code}-valid{i}") for rule in RULES for i, source in enumerate(rule.VALID)]
