@@ -14,7 +14,9 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import _SCALAR_LIKE, FunctionRole, Prescan, Walk, Walker, looks_like_module
+from gradlint.flow import (
+    _SCALAR_LIKE, AttributeStore, FunctionRole, Prescan, ReturnValue, Walk, Walker, looks_like_module,
+)
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
 
@@ -248,8 +250,6 @@ class FileModel:
         walker = Walker(walk, init)
         walker.bind_params({self_name: UNKNOWN})
         walker.run()
-        from gradlint.flow import AttributeStore
-
         for event in walk.of(AttributeStore):
             if event.owner_name == self_name:
                 attributes[event.attribute] = event.value.with_(binding=None, reads=frozenset())
@@ -307,11 +307,8 @@ class FileModel:
                 bound[param.name.value] = self._input_value(param, walker.scan)
             walker.bind_params(bound)
             walker.run()
-            for event in walk.events:
-                from gradlint.flow import ReturnValue
-
-                if isinstance(event, ReturnValue):
-                    walk.output_bindings.update(_bindings_of(event.value))
+            for event in walk.of(ReturnValue):
+                walk.output_bindings.update(_bindings_of(event.value))
             return walk
         setup = function.setup_context
         if setup is None or len(setup.params.params) < 3:
@@ -368,8 +365,6 @@ class FileModel:
         forward = function.forward
         if forward is None:
             return None
-        from gradlint.flow import ReturnValue
-
         walk = Walk(self, forward, FunctionRole("function"))
         walker = Walker(walk, forward)
         walker.bind_params({p.name.value: Val(Kind.TENSOR, is_input=True) for p in _all_params(forward)})
@@ -488,7 +483,7 @@ def _blocks(statement: cst.CSTNode) -> Iterator:
             yield case.body.body
 
 
-def _returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
+def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
     """The function's own return statements (nested functions excluded)."""
     def statements(block) -> Iterator[cst.Return]:
         for statement in block:
@@ -521,6 +516,3 @@ def _bindings_of(value: Val) -> set[int]:
         found |= _bindings_of(element)
     return found
 
-
-returns_in = _returns_in
-blocks_of = _blocks

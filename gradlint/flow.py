@@ -858,7 +858,7 @@ class Walker:
             attr_expr = args[1][0].value
             attr = attr_expr.evaluated_value if isinstance(attr_expr, cst.SimpleString) else "<dynamic>"
             self.walk.events.append(AttributeStore(
-                self._where(self._statement_of(e)), args[0][1], dotted(owner_expr) or "?", str(attr), args[2][1]))
+                self._where(e), args[0][1], dotted(owner_expr) or "?", str(attr), args[2][1]))
             return SCALAR
         if name in ("tuple", "list") and positional:
             source = positional[0]
@@ -873,7 +873,7 @@ class Walker:
         if receiver.kind is Kind.CTX:
             if method == "save_for_backward":
                 self.walk.events.append(SavedForBackward(
-                    self._where(self._statement_of(e)), tuple((a.value, v) for a, v in args)))
+                    self._where(e), tuple((a.value, v) for a, v in args)))
             return SCALAR
         if (method in ("append", "extend", "insert", "setdefault", "appendleft")
                 and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN)) \
@@ -884,7 +884,7 @@ class Walker:
                 value = positional[0] if positional else UNKNOWN
             else:
                 value = positional[0] if positional else UNKNOWN
-            self._container_add(e.func.value, method, value, self._statement_of(e))
+            self._container_add(e.func.value, method, value, e)
             return SCALAR
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:
@@ -994,7 +994,3 @@ class Walker:
                        nested_defs=self.nested_defs if is_closure else None)
         child.bind_params(bound)
         child.run()
-
-    def _statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
-        """The node a finding is reported at (the call itself: positions are resolved later)."""
-        return node
