@@ -357,8 +357,9 @@ class FileModel:
         if annotation is not None and "Tensor" in self.module.code_for_node(annotation.annotation) \
                 and "uple" not in self.module.code_for_node(annotation.annotation):
             return Val(Kind.TENSOR, binding=new_binding())
-        kind = returned.kind if returned is not None and returned.kind is Kind.TENSOR else Kind.UNKNOWN
-        return Val(kind, binding=new_binding())
+        # One value returned: the Function's output, a tensor unless it is visibly something else.
+        scalar = returned is not None and returned.kind in (Kind.SCALAR, Kind.CONTAINER, Kind.MODULE)
+        return Val(Kind.UNKNOWN if scalar else Kind.TENSOR, binding=new_binding())
 
     def _forward_returns(self, function: AutogradFunction) -> Val | None:
         """The value forward's last `return` gives, its inputs taken as tensors."""

@@ -208,6 +208,8 @@ class Prescan:
         # (ctx.group = group in torch.distributed is a process group, not a tensor).
         self.tensor_uses: set[str] = set()
         self.arithmetic: list[tuple[str, str]] = []
+        # `return out`: in an autograd forward, the one value returned is the output tensor.
+        self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
         # Anything that can keep a value past the statement: attribute or subscript stores,
         # `+=`, container methods, setattr, globals. A function with none yields no events
@@ -270,6 +272,10 @@ class Prescan:
     def _unary(self, node: cst.UnaryOperation) -> None:
         if isinstance(node.operator, cst.Not) and isinstance(node.expression, cst.Name):
             self.scalar_uses.add(node.expression.value)
+
+    def _return(self, node: cst.Return) -> None:
+        if isinstance(node.value, cst.Name):
+            self.single_returns.add(node.value.value)
 
     def _attribute(self, node: cst.Attribute) -> None:
         if isinstance(node.value, cst.Name) and node.attr.value in api.TENSOR_ATTRIBUTES:
@@ -359,6 +365,7 @@ _NOTES = {
     cst.Subscript: Prescan._subscript,
     cst.Attribute: Prescan._attribute,
     cst.BinaryOperation: Prescan._binary,
+    cst.Return: Prescan._return,
 }
 
 
@@ -607,6 +614,8 @@ class Walker:
             name = target.value
             if name in self.scan.backward_roots and not self.no_grad and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
                 value = value.with_(kind=Kind.TENSOR, graph=True)
+            if self.role.kind == "forward" and value.kind is Kind.UNKNOWN and name in self.scan.single_returns:
+                value = value.with_(kind=Kind.TENSOR)
             if value.binding is None:
                 value = value.with_(binding=new_binding())
             self.env[name] = value
