@@ -127,7 +127,7 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         severity = ruleset.severity.get(rule.code) or hit.severity or rule.severity
         result.findings.append(Finding(
             path=path, line=line, column=column, code=rule.code, name=rule.name, message=hit.message,
-            severity=severity, end_line=where.end.line, end_column=where.end.column + 1))
+            severity=severity, end_line=where.end.line, end_column=where.end.column + 1, subject=hit.subject))
     result.findings.sort()
     return result
 

@@ -33,6 +33,7 @@ class Finding:
     severity: Severity = field(default=Severity.ERROR, compare=False)
     end_line: int = 0
     end_column: int = 0
+    subject: str = field(default="", compare=False)
 
     @property
     def url(self) -> str:

@@ -6,7 +6,7 @@ that outlives one training step keeps that step's autograd graph alive.
 
 from __future__ import annotations
 
-from gradlint.flow import Where
+from gradlint.flow import Walk, Where
 
 
 def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
@@ -30,3 +30,13 @@ def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
         if any(loop.is_step_loop for loop in inner):
             return "a variable created before the training loop"
     return None
+
+
+def holder_name(walk: Walk, name: str | None) -> str:
+    """`self.history` inside class Trainer -> `Trainer.history`; other names as they are."""
+    if not name:
+        return ""
+    head, _, rest = name.partition(".")
+    if rest and head == walk.role.self_name and walk.role.owner_class:
+        return f"{walk.role.owner_class}.{rest}"
+    return name

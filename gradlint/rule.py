@@ -23,6 +23,9 @@ class Hit:
     node: cst.CSTNode
     message: str
     severity: Severity | None = None
+    # What holds the value, named as a user would: `ScatterSum.ctx.out`, `Encoder.activations`,
+    # `HISTORY`. The runtime probe joins its measured holders to findings through it.
+    subject: str = ""
 
 
 @dataclass(frozen=True)

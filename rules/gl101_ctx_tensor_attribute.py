@@ -192,21 +192,22 @@ sq.register_autograd(bwd, setup_context=setup)
                 if kind is None:
                     continue
                 attr = f"{store.owner_name}.{store.attribute}"
+                subject = f"{function.name}.ctx.{store.attribute}"
                 if kind == "view":
                     yield Hit(store.node, (
                         f"{attr} holds a view of {function.name}'s own output: a reference cycle "
                         "(output -> grad_fn -> ctx -> view -> output) that the cyclic collector never frees, "
                         "a permanent leak every call (measured, torch 2.13); save the output with "
-                        "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR)
+                        "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR, subject)
                 elif kind in ("output", "container"):
                     what = "its own output" if kind == "output" else "a container holding its own output"
                     yield Hit(store.node, (
                         f"{attr} holds {what}: a reference cycle (output -> grad_fn -> ctx -> output) "
                         "that only Python's cyclic collector frees, so outputs pile up between collections "
                         "(median 42 steps in a training loop, measured); use ctx.save_for_backward(...)"),
-                        Severity.ERROR)
+                        Severity.ERROR, subject)
                 else:
                     yield Hit(store.node, (
                         f"{attr} holds a tensor outside ctx.save_for_backward: autograd's version-counter "
                         "check is skipped (an in-place change gives silently wrong gradients) and the tensor "
-                        "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING)
+                        "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject)

@@ -129,24 +129,27 @@ class Rnn(Module):
                 if isinstance(event, AttributeStore) and event.owner_name == role.self_name \
                         and event.value.holds_graph():
                     target = f"{role.self_name}.{event.attribute}"
+                    subject = f"{role.owner_class}.{event.attribute}"
                     if event.augmented or target in event.value.reads:
                         yield Hit(event.node, (
                             f"{target} is updated from its previous value with a graph-attached tensor: each "
                             "step's autograd graph links to the last one and memory grows every step; "
-                            "update it under torch.no_grad() or from .detach()ed values"), Severity.ERROR)
+                            "update it under torch.no_grad() or from .detach()ed values"), Severity.ERROR, subject)
                     else:
                         yield Hit(event.node, (
                             f"{target} keeps a graph-attached tensor on the module: this step's graph and "
                             "activations stay alive until the next step overwrites it; store .detach() "
-                            "(or .item()) unless backward needs it"), Severity.WARNING)
+                            "(or .item()) unless backward needs it"), Severity.WARNING, subject)
                 elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" \
                         and event.value.holds_graph():
                     yield Hit(event.where.node, (
                         f"{event.container_name} gets a graph-attached tensor every forward: each step's "
                         "activation and graph are kept and never freed, not even by gc.collect() (measured); "
-                        "store .detach() (or .item()) instead"), Severity.ERROR)
+                        "store .detach() (or .item()) instead"), Severity.ERROR,
+                        f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}")
                 elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
                     yield Hit(event.where.node, (
                         f"global {event.name} keeps a graph-attached tensor from forward: the step's graph "
                         f"{'grows every step' if event.chained else 'stays alive until the next step'}; "
-                        "store .detach() (or .item())"), Severity.ERROR if event.chained else Severity.WARNING)
+                        "store .detach() (or .item())"), Severity.ERROR if event.chained else Severity.WARNING,
+                        event.name)

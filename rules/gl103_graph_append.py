@@ -5,7 +5,7 @@ from typing import Iterator
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.flow import ContainerAdd
-from gradlint.lifetimes import outlives_step
+from gradlint.lifetimes import holder_name, outlives_step
 from gradlint.rule import Hit, Invalid, Rule
 
 
@@ -129,14 +129,15 @@ class Trainer:
                 why = outlives_step(event.scope, event.container_name, event.where)
                 if why is None:
                     continue
+                subject = holder_name(walk, event.container_name)
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
                     yield Hit(event.where.node, (
                         f"a graph-attached tensor is stored into {event.container_name} ({why}): it keeps "
                         "this step's autograd graph (and its activations when backward is not run) alive "
-                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING)
+                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject)
                     continue
                 verb = _VERBS.get(event.method, "added to")
                 yield Hit(event.where.node, (
                     f"a graph-attached tensor is {verb} {event.container_name} ({why}): it keeps every "
                     "step's autograd graph alive, and all its activations when backward is not run; "
-                    "store .item() or .detach() instead"))
+                    "store .item() or .detach() instead"), subject=subject)

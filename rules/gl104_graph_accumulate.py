@@ -5,7 +5,7 @@ from typing import Iterator
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.flow import AttributeStore, NameStore
-from gradlint.lifetimes import outlives_step
+from gradlint.lifetimes import holder_name, outlives_step
 from gradlint.rule import Hit, Invalid, Rule
 
 
@@ -94,15 +94,16 @@ class Trainer:
                         and event.value.holds_graph():
                     why = outlives_step(event.scope, event.name, event.where)
                     if why is not None and event.scope != "param":
-                        yield self._hit(event.where.node, event.name, why)
+                        yield self._hit(event.where.node, event.name, why, event.name)
                 elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                         and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
                     if walk.role.kind == "module_forward" and event.owner_name == walk.role.self_name:
                         continue  # GL102 owns a module's own attributes
-                    yield self._hit(event.node, f"{event.owner_name}.{event.attribute}", "an attribute")
+                    name = f"{event.owner_name}.{event.attribute}"
+                    yield self._hit(event.node, name, "an attribute", holder_name(walk, name))
 
-    def _hit(self, node, name: str, why: str) -> Hit:
+    def _hit(self, node, name: str, why: str, subject: str) -> Hit:
         return Hit(node, (
             f"{name} ({why}) accumulates a graph-attached tensor: every step's autograd graph is chained "
             f"onto it and never freed (804 graph nodes after 100 steps, measured); add loss.item() "
-            "(or .detach()) instead"))
+            "(or .detach()) instead"), subject=subject)

@@ -245,9 +245,9 @@ gather.register_autograd(backward)
                     continue
                 got = len(counted)
                 if got < required:
-                    yield Hit(statement, self._fewer(function, got, total))
+                    yield Hit(statement, self._fewer(function, got, total), subject=function.name)
                 elif got > total and not all(counted[total:]):
-                    yield Hit(statement, self._more(function, got, total, counted))
+                    yield Hit(statement, self._more(function, got, total, counted), subject=function.name)
 
     def _fewer(self, function: AutogradFunction, got: int, total: int) -> str:
         return (f"backward returns {got} value{'s' if got != 1 else ''} but forward takes {total} input"

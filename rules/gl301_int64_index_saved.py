@@ -92,10 +92,11 @@ class Knn(th.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for _, walk in model.autograd_walks:
+        for function, walk in model.autograd_walks:
             for event in walk.events:
                 if isinstance(event, SavedForBackward):
                     if any(_is_int64(value) for _, value in event.arguments):
-                        yield Hit(event.where.node, f"save_for_backward {_WHY}")
+                        yield Hit(event.where.node, f"save_for_backward {_WHY}", subject=function.name)
                 elif isinstance(event, AttributeStore) and event.owner.kind is Kind.CTX and _is_int64(event.value):
-                    yield Hit(event.node, f"{event.owner_name}.{event.attribute} {_WHY}")
+                    yield Hit(event.node, f"{event.owner_name}.{event.attribute} {_WHY}",
+                              subject=f"{function.name}.ctx.{event.attribute}")

@@ -174,3 +174,17 @@ def test_graph_attached_via_module_call_criterion_and_backward():
             kept.append(loss)
             outs.append(out * 2)
     """) == [(11, "GL103"), (12, "GL103")]
+
+
+def test_findings_name_their_holder_for_the_runtime_probe():
+    from pathlib import Path
+
+    from gradlint.check import CheckRequest, run_check
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    findings = run_check(CheckRequest(paths=[examples], isolated=True)).findings
+    assert {(f.code, f.subject) for f in findings} == {
+        ("GL301", "KNNScatter"), ("GL101", "KNNScatter.ctx.out"), ("GL101", "KNNScatter.ctx.first_half"),
+        ("GL201", "KNNScatter"), ("GL102", "PointEncoder.activations"), ("GL103", "losses"),
+        ("GL104", "total_loss"),
+    }
