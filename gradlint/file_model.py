@@ -14,9 +14,8 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import (
-    _SCALAR_LIKE, AttributeStore, FunctionRole, Prescan, ReturnValue, Walk, Walker, looks_like_module,
-)
+from gradlint.flow import _SCALAR_LIKE, AttributeStore, FunctionRole, ReturnValue, Walk, Walker, looks_like_module
+from gradlint.prescan import Prescan
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.names import dotted
+from gradlint.prescan import Prescan, target_names
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
 
 if TYPE_CHECKING:
@@ -119,7 +119,9 @@ Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | ReturnVal
 class FunctionRole:
     """How a function is walked: which parameter is ctx or self, what they stand for."""
 
-    kind: str  # "forward", "setup_context", "module_method", "plain"
+    # forward / setup_context (of an autograd Function, ctx known), module_forward /
+    # module_method (an nn.Module's), method, function, module (top-level code), init.
+    kind: str
     ctx_name: str | None = None
     self_name: str | None = None
     self_attributes: dict[str, Val] = field(default_factory=dict)
@@ -150,257 +152,12 @@ class Walk:
         return bool(v.view_of & self.output_bindings) and not self.is_output(v)
 
 
-# Fields that hold only whitespace and punctuation: never worth descending into.
-_SKIPPED_FIELDS = frozenset({
-    "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators", "header",
-    "footer", "colon", "equal", "dot", "operator", "asynchronous", "star", "walrus", "lbracket",
-    "rbracket", "lbrace", "rbrace", "newline", "indent", "trailing_whitespace", "trailing_comma",
-    "whitespace_after_at", "whitespace_before_colon", "arrow", "whitespace_after_star",
-    "whitespace_after_param", "whitespace_before_params", "whitespace_after_def",
-    "whitespace_after_class", "whitespace_after_arg", "whitespace_before_args",
-})
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Direct children that can hold code. Plain attribute reads: libcst's own visitor rebuilds
-    every node it passes and costs about as much as the parse (measured on torch's sources)."""
-    fields = _FIELDS.get(type(node))
-    if fields is None:
-        fields = _FIELDS[type(node)] = tuple(
-            f for f in node.__dataclass_fields__ if f not in _SKIPPED_FIELDS and not f.startswith("whitespace"))
-    for name in fields:
-        value = getattr(node, name)
-        kind = type(value)
-        if kind is list or kind is tuple:
-            for item in value:
-                if _is_node(type(item)):
-                    yield item
-        elif _is_node(kind):
-            yield value
-
-
-_NODE_TYPES: dict[type, bool] = {}
-
-
-def _is_node(kind: type) -> bool:
-    known = _NODE_TYPES.get(kind)
-    if known is None:  # isinstance against libcst's abstract bases is slow: ask once per type
-        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
-    return known
-
-
-class Prescan:
-    """One cheap pass over a function body (nested functions and classes excluded) for the
-    facts the walk needs before it starts: which names are assigned or declared global, which
-    feed backward(), which parameters are used as Python scalars, which loops run steps."""
-
-    def __init__(self, root: cst.CSTNode, imported: frozenset[str] = frozenset()) -> None:
-        self.imported = imported  # `dist.scatter(out, src)`: a module's function, not a tensor method
-        self.assigned: set[str] = set()
-        self.augmented: set[str] = set()  # only ever `x += ...`: updated, never created here
-        self.declared_global: set[str] = set()
-        self.declared_nonlocal: set[str] = set()
-        self.backward_roots: set[str] = set()
-        self.scalar_uses: set[str] = set()
-        # Names used the way only tensors are: a tensor method's receiver, a torch.* argument,
-        # saved for backward. A forward input with no such use is not assumed to be a tensor
-        # (ctx.group = group in torch.distributed is a process group, not a tensor).
-        self.tensor_uses: set[str] = set()
-        self.arithmetic: list[tuple[str, str]] = []
-        # `return out`: in an autograd forward, the one value returned is the output tensor.
-        self.single_returns: set[str] = set()
-        self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
-        # Anything that can keep a value past the statement: attribute or subscript stores,
-        # `+=`, container methods, setattr, globals. A function with none yields no events
-        # a rule asks about except returns, so ordinary walks skip it.
-        self.stores = False
-        self._loops: list[cst.CSTNode] = []
-        body = root.body if isinstance(root, cst.FunctionDef) else root
-        self._visit(body)
-
-    def _visit(self, node: cst.CSTNode) -> None:
-        kind = type(node)
-        if kind in _NESTED_SCOPES:
-            return
-        note = _NOTES.get(kind)
-        if note is not None:
-            note(self, node)
-        is_loop = kind is cst.For or kind is cst.While
-        if is_loop:
-            self._loops.append(node)
-        for child in _child_nodes(node):
-            self._visit(child)
-        if is_loop:
-            self._loops.pop()
-
-    def _assign_target(self, node: cst.AssignTarget) -> None:
-        self.assigned.update(_target_names(node.target))
-        if not isinstance(node.target, cst.Name):
-            self.stores = True  # ctx.x = / self.x = / d[k] = / a, b =
-
-    def _aug_assign(self, node: cst.AugAssign) -> None:
-        self.augmented.update(_target_names(node.target))
-        self.stores = True
-
-    def _ann_assign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self.assigned.update(_target_names(node.target))
-            self.stores = True
-
-    def _for(self, node: cst.For) -> None:
-        self.assigned.update(_target_names(node.target))
-
-    def _with_item(self, node: cst.WithItem) -> None:
-        if node.asname is not None:
-            self.assigned.update(_target_names(node.asname.name))
-
-    def _named_expr(self, node: cst.NamedExpr) -> None:
-        self.assigned.update(_target_names(node.target))
-
-    def _global(self, node: cst.Global) -> None:
-        self.declared_global.update(n.name.value for n in node.names)
-        self.stores = True
-
-    def _nonlocal(self, node: cst.Nonlocal) -> None:
-        self.declared_nonlocal.update(n.name.value for n in node.names)
-
-    def _if(self, node: cst.If) -> None:
-        if isinstance(node.test, cst.Name):
-            self.scalar_uses.add(node.test.value)
-
-    def _unary(self, node: cst.UnaryOperation) -> None:
-        if isinstance(node.operator, cst.Not) and isinstance(node.expression, cst.Name):
-            self.scalar_uses.add(node.expression.value)
-
-    def _return(self, node: cst.Return) -> None:
-        if isinstance(node.value, cst.Name):
-            self.single_returns.add(node.value.value)
-
-    def _attribute(self, node: cst.Attribute) -> None:
-        if isinstance(node.value, cst.Name) and node.attr.value in api.TENSOR_ATTRIBUTES:
-            self.tensor_uses.add(node.value.value)
-
-    def _binary(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.left, cst.Name) and isinstance(node.right, cst.Name):
-            self.arithmetic.append((node.left.value, node.right.value))
-
-    @cached_property
-    def tensor_names(self) -> frozenset[str]:
-        """tensor_uses, plus names in arithmetic with one of them (`x * w`, x.shape read)."""
-        names = set(self.tensor_uses)
-        changed = True
-        while changed:
-            changed = False
-            for a, b in self.arithmetic:
-                for known, other in ((a, b), (b, a)):
-                    if known in names and other not in names and other not in self.scalar_uses:
-                        names.add(other)
-                        changed = True
-        return frozenset(names)
-
-    def _subscript(self, node: cst.Subscript) -> None:
-        # x.shape[p]: p is an int.
-        if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
-            for element in node.slice:
-                if isinstance(element.slice, cst.Index) and isinstance(element.slice.value, cst.Name):
-                    self.scalar_uses.add(element.slice.value.value)
-
-    def _call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute):
-            method = func.attr.value
-            if method in _STORING_METHODS:
-                self.stores = True
-            receiver = func.value.value if isinstance(func.value, cst.Name) else None
-            if receiver not in self.imported:
-                if receiver is not None and method in api.TENSOR_ONLY_METHODS:
-                    self.tensor_uses.add(receiver)
-                if method in api.TENSOR_ARGUMENT_METHODS:
-                    self.tensor_uses.update(a.value.value for a in node.args
-                                            if isinstance(a.value, cst.Name) and a.keyword is None)
-            if method == "save_for_backward" or (dotted(func) or "").startswith(("torch.", "F.", "th.")):
-                self.tensor_uses.update(a.value.value for a in node.args
-                                        if isinstance(a.value, cst.Name) and a.keyword is None)
-            if method == "backward":
-                self.backward_roots.update(_roots(func.value))
-            if method in ("step", "zero_grad", "backward"):
-                self.step_loops.update(id(loop) for loop in self._loops)
-            if method in api.SHAPE_TAKING_METHODS:
-                self._scalar_args(node)
-        name = dotted(func)
-        if name == "setattr":
-            self.stores = True
-        last = (name or "").split(".")[-1]
-        if name in api.SCALAR_CONVERSIONS or last in ("zeros", "ones", "empty", "full", "arange", "randn", "rand", "eye"):
-            self._scalar_args(node)
-        if last in ("backward", "grad") and (name or "").startswith(("torch.autograd.", "autograd.")) and node.args:
-            self.backward_roots.update(_roots(node.args[0].value))
-        for arg in node.args:
-            kw = arg.keyword.value if arg.keyword else None
-            if kw in ("dim", "k", "dim_size", "num_segments", "size", "axis", "eps") and isinstance(arg.value, cst.Name):
-                self.scalar_uses.add(arg.value.value)
-
-    def _scalar_args(self, node: cst.Call) -> None:
-        for arg in node.args:
-            if isinstance(arg.value, cst.Name) and arg.keyword is None:
-                self.scalar_uses.add(arg.value.value)
-
-
-_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update",
-                              "save_for_backward"})
-_NOTES = {
-    cst.Call: Prescan._call,
-    cst.AssignTarget: Prescan._assign_target,
-    cst.AugAssign: Prescan._aug_assign,
-    cst.AnnAssign: Prescan._ann_assign,
-    cst.For: Prescan._for,
-    cst.WithItem: Prescan._with_item,
-    cst.NamedExpr: Prescan._named_expr,
-    cst.Global: Prescan._global,
-    cst.Nonlocal: Prescan._nonlocal,
-    cst.If: Prescan._if,
-    cst.UnaryOperation: Prescan._unary,
-    cst.Subscript: Prescan._subscript,
-    cst.Attribute: Prescan._attribute,
-    cst.BinaryOperation: Prescan._binary,
-    cst.Return: Prescan._return,
-}
-
-
-def _target_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
-
-
-def _roots(expr: cst.BaseExpression) -> Iterator[str]:
-    """Names a `.backward()` receiver is computed from: `(loss / acc).backward()` -> loss."""
-    if isinstance(expr, cst.Name):
-        yield expr.value
-    elif isinstance(expr, cst.BinaryOperation):
-        yield from _roots(expr.left)
-        yield from _roots(expr.right)
-    elif isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Attribute):
-            yield from _roots(expr.func.value)
-        for arg in expr.args:
-            yield from _roots(arg.value)
-    elif isinstance(expr, cst.Subscript):
-        yield from _roots(expr.value)
-
-
 def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
     iterable = node.iter if isinstance(node, cst.For) else node.test
     iter_text = cst.Module(body=[]).code_for_node(iterable)
     fresh = _fresh_names(node.body.body)
     if isinstance(node, cst.For):
-        fresh |= set(_target_names(node.target))
+        fresh |= set(target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
     step = id(node) in scan.step_loops or bool(_LOOP_ITERABLE.search(iter_text))
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
@@ -417,14 +174,14 @@ def _fresh_names(statements) -> set[str]:
                 if isinstance(small, cst.Assign):
                     read = {n.value for n in _names_in(small.value)}
                     for target in small.targets:
-                        fresh.update(n for n in _target_names(target.target) if n not in read)
+                        fresh.update(n for n in target_names(target.target) if n not in read)
                 elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                    fresh.update(_target_names(small.target))
+                    fresh.update(target_names(small.target))
         elif isinstance(statement, cst.With):
             fresh |= _fresh_names(statement.body.body)
             for item in statement.items:
                 if item.asname is not None:
-                    fresh.update(_target_names(item.asname.name))
+                    fresh.update(target_names(item.asname.name))
         elif isinstance(statement, (cst.Try, cst.TryStar)):
             fresh |= _fresh_names(statement.body.body)
     return fresh
@@ -437,10 +194,6 @@ def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
     for child in expr.children:
         if isinstance(child, cst.CSTNode):
             yield from _names_in(child)
-
-
-def _is_none(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "None"
 
 
 def _int_literal(expr: cst.BaseExpression) -> int | None:
