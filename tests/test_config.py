@@ -102,3 +102,14 @@ def test_isolated_ignores_config(project):
     _tree(project, {"op.py": "leaky_op.py"}, 'ignore = ["ALL"]')
     assert run("check", "op.py").exit_code == 0
     assert run("check", "--isolated", "op.py").exit_code == 1
+
+
+def test_a_directory_outside_the_project_named_explicitly_is_checked(project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "lib" / "site-packages" / "pkg"
+    outside.mkdir(parents=True)
+    shutil.copy(FIXTURES / "leaky_op.py", outside / "op.py")
+    (outside / "build").mkdir()
+    shutil.copy(FIXTURES / "leaky_op.py", outside / "build" / "op.py")
+    records = json.loads(run("check", "--output-format", "json", str(outside)).output)
+    # the default excludes apply below the named directory, not to the path leading to it
+    assert {Path(r["filename"]).relative_to(outside).as_posix() for r in records} == {"op.py"}
