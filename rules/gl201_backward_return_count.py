@@ -7,6 +7,7 @@ import libcst as cst
 from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, returns_in
 from gradlint.findings import Severity
+from gradlint.prescan import target_names
 from gradlint.rule import Hit, Invalid, Rule
 
 # Each returned value: True when it is the literal None, False otherwise.
@@ -77,7 +78,7 @@ def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[s
         def visit_Assign(self, node: cst.Assign) -> None:
             for target in node.targets:
                 if not isinstance(target.target, cst.Name):
-                    for name in _names(target.target):
+                    for name in target_names(target.target):
                         assigned_other.add(name)
                     continue
                 name = target.target.value
@@ -99,17 +100,9 @@ def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[s
 
     backward.visit(Collect())
     for name in assigned_other:
-        tuples.pop(name, None) if name in tuples else None
+        tuples.pop(name, None)
         singles.discard(name)
     return tuples, singles - set(tuples)
-
-
-def _names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _names(element.value)
 
 
 class BackwardReturnCount(Rule):

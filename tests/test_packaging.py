@@ -33,36 +33,9 @@ SUBPACKAGES = ("rules", "runtime_probe", "cuda_ext")
 # Nothing but `gradlint` may land at the top of site-packages.
 FORBIDDEN_TOP_LEVEL = ("rules", "runtime_probe", "cuda_ext", "tests", "examples", "bench")
 
-BAD = '''\
-import torch
+BAD = (Path(__file__).parent / "fixtures" / "square_leaky.py").read_text()
 
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = x * x
-        ctx.out = out  # the Function's own output on ctx: a reference cycle
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2 * ctx.out.sqrt()
-'''
-
-CLEAN = '''\
-import torch
-
-
-class Scale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.factor = 2.0
-        return x * 2.0
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.factor
-'''
+CLEAN = (Path(__file__).parent / "fixtures" / "square_clean.py").read_text()
 
 _COPY_IGNORE = shutil.ignore_patterns(
     ".git", ".venv", "venv", ".tox", ".nox", "build", "dist", "*.egg-info", "__pycache__",

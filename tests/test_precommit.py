@@ -25,36 +25,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 
-BAD = '''\
-import torch
+BAD = (Path(__file__).parent / "fixtures" / "square_leaky.py").read_text()
 
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        out = x * x
-        ctx.out = out  # the Function's own output on ctx: a reference cycle
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2 * ctx.out.sqrt()
-'''
-
-CLEAN = '''\
-import torch
-
-
-class Scale(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.factor = 2.0
-        return x * 2.0
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.factor
-'''
+CLEAN = (Path(__file__).parent / "fixtures" / "square_clean.py").read_text()
 
 _COPY_IGNORE = shutil.ignore_patterns(
     ".git", ".venv", "venv", ".tox", ".nox", "build", "dist", "*.egg-info", "__pycache__",
