@@ -15,6 +15,7 @@ from gradlint import __version__, reporters
 from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
 from gradlint.registry import all_rules, rule_by_code
+from gradlint.runtime_probe.cli import probe  # imports torch only when the command runs
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -89,3 +90,6 @@ def rules_command() -> None:
     for rule in all_rules():
         off = "" if rule.default_enabled else " (off by default)"
         click.echo(f"{rule.code}  {rule.name:<28} {rule.severity.value:<8} {rule.summary}{off}")
+
+
+main.add_command(probe)

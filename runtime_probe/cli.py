@@ -1,0 +1,147 @@
+"""`gradlint probe`: argument parsing and exit codes over the probe's functions.
+
+Importing this module must not import torch: `gradlint check` imports the CLI at start-up.
+Exit codes: 0 no leak, 1 a leak or a failed step, 2 usage error, 130 interrupted with no leak seen.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def _fail(message: str) -> None:
+    click.echo(f"gradlint probe: error: {message}", err=True)
+    sys.exit(2)
+
+
+def _progress(quiet: bool, total: int, label: str):
+    """A step callback that draws a bar on stderr (none when quiet or stderr is not a terminal)."""
+    if quiet:
+        return None, None
+    bar = click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True, width=30)
+    bar.__enter__()
+
+    def on_step(_i: int) -> None:
+        bar.update(1)
+
+    return on_step, bar
+
+
+@click.command("probe")
+@click.argument("target", required=False)
+@click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps to run.")
+@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True, help="Unmeasured steps first.")
+@click.option("--gc-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Run gc.collect() every K steps (the automatic collector is paused while measuring).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the reports and the cross-check as JSON.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False), help="Plot memory per step to a PNG (needs matplotlib).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar; print the verdict lines and the table only.")
+def probe(target, steps, warmup, gc_every, device, json_file, plot_file, quiet) -> None:
+    """Run TARGET (FILE.py:FUNCTION or package.module:FUNCTION, a zero-argument training step)
+    STEPS times and report whether memory leaks, what holds it, and which static finding agrees.
+
+    With no TARGET, probe the bundled scenarios: the self-test of static rules against runtime.
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        _fail("the probe needs PyTorch: pip install 'gradlint[torch]' (or pip install torch)")
+    if plot_file:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)")
+    from . import report as render
+    from .api import resolve_device
+
+    try:
+        device = resolve_device(device)
+    except ValueError as why:
+        _fail(str(why))
+    if target is None:
+        code = _selftest(steps, warmup, gc_every, device, json_file, plot_file, quiet, render)
+    else:
+        code = _target(target, steps, warmup, gc_every, device, json_file, plot_file, quiet, render)
+    sys.exit(code)
+
+
+def _target(spec, steps, warmup, gc_every, device, json_file, plot_file, quiet, render) -> int:
+    from .api import probe as run_probe
+    from .crosscheck import cross_check, files_involved, static_findings
+    from .target import TargetError, load_target
+
+    try:
+        loaded = load_target(spec)
+    except TargetError as why:
+        _fail(str(why))
+    on_step, bar = _progress(quiet, steps, "probing")
+    try:
+        report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec, on_step=on_step)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    rows = cross_check(report, static_findings(files_involved(report, loaded.file)))
+    click.echo(render.report_text(report), nl=False)
+    if rows:
+        click.echo("cross-check with gradlint check:")
+        click.echo(render.table_text(rows), nl=False)
+    _outputs([report], rows, json_file, plot_file, render)
+    if report.verdict.is_leak or report.error is not None:
+        return 1
+    return 130 if report.interrupted else 0
+
+
+def _selftest(steps, warmup, gc_every, device, json_file, plot_file, quiet, render) -> int:
+    from .scenarios import NAMES
+    from .selftest import run_scenario
+
+    results = []
+    interrupted = False
+    for name in NAMES:
+        on_step, bar = _progress(quiet, steps, f"{name:<20}")
+        try:
+            result = run_scenario(name, steps, warmup=warmup, gc_every=gc_every, device=device, on_step=on_step)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+        results.append(result)
+        if result.report.interrupted:
+            interrupted = True
+            break
+    lines = []
+    for r in results:
+        mark = "ok  " if r.passed else "FAIL"
+        growth = f"{render.human_bytes(r.report.bytes_per_step)}/step" if r.report.verdict.is_leak else ""
+        if r.report.graph_nodes_per_step:
+            growth += f" +{r.report.graph_nodes_per_step:.1f} nodes/step"
+        codes = ",".join(r.static_codes) or "-"
+        line = (f"{mark} {r.name:<19} {r.report.verdict.value:<13} (expected {r.expected_verdict:<12}) "
+                f"static {codes:<6} (expected {','.join(r.expected_codes) or '-'}) {growth}")
+        if r.comparison:
+            line += "  peak/step " + ", ".join(f"{k} {render.human_bytes(v)}" for k, v in r.comparison.items())
+        lines.append(line.rstrip())
+    click.echo("\n".join(lines))
+    rows = [row for r in results for row in r.rows]
+    click.echo("\ncross-check (runtime vs gradlint check):")
+    click.echo(render.table_text(rows, with_scenario=True), nl=False)
+    _outputs([r.report for r in results], rows, json_file, plot_file, render)
+    failed = [r.name for r in results if not r.passed]
+    if interrupted:
+        click.echo(f"interrupted: {len(results)} of {len(NAMES)} scenarios ran", err=True)
+        return 130
+    click.echo(f"\n{len(results) - len(failed)} of {len(results)} scenarios match what they declare"
+               + (f"; mismatched: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _outputs(reports, rows, json_file, plot_file, render) -> None:
+    if json_file:
+        render.write_json(json_file, reports, rows)
+    if plot_file:
+        try:
+            render.write_plot(plot_file, reports)
+        except render.PlotUnavailable as why:
+            _fail(str(why))

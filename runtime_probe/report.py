@@ -1,0 +1,136 @@
+"""Turn probe reports into text, JSON and a plot; know nothing about how they were measured."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+
+from .api import ProbeReport
+from .crosscheck import Row
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _growth(bytes_per_step: float | None, nodes: float) -> str:
+    if bytes_per_step is None:
+        return "-"
+    text = f"{human_bytes(bytes_per_step)}/step"
+    if nodes:
+        text += f" +{nodes:.1f} nodes/step"
+    return text
+
+
+def report_text(report: ProbeReport) -> str:
+    lines = [f"gradlint probe: {report.name} ({report.steps_done}/{report.steps_requested} steps, "
+             f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every})"]
+    if report.interrupted:
+        lines.append(f"  interrupted after step {report.steps_done}: a partial report")
+    lines.append(f"  verdict: {report.verdict.value}" + (
+        f"  {_growth(report.bytes_per_step, report.graph_nodes_per_step)}  confidence {report.confidence:.2f}"
+        if report.verdict.is_leak else ""))
+    lines.append(f"  why: {report.reason}")
+    if report.error is not None:
+        lines.append(f"  step {report.error.step} raised at {report.error.where or '?'}: {report.error.exception}")
+    if report.steps_to_oom is not None:
+        lines.append(f"  at this rate the {report.device} memory now free is gone after ~{report.steps_to_oom:,.0f} steps")
+    for h in report.holders:
+        lines.append(f"  held by {h.subject or '(unnamed)'}: {h.detail}" + (f" [{h.where}]" if h.where else ""))
+        lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
+        for site in h.created_at[:3]:
+            lines.append(f"    created at {site}")
+    lines.append(f"  step: median {report.median_step_ms:.2f} ms under the probe, "
+                 f"{human_bytes(report.step_peak_bytes)} allocated above its start at peak")
+    return "\n".join(lines) + "\n"
+
+
+def table_text(rows: list[Row], with_scenario: bool = False) -> str:
+    head = (["scenario"] if with_scenario else []) + ["holder", "bytes/step", "verdict", "static finding", "agreement"]
+    body = []
+    for r in rows:
+        growth = _growth(r.bytes_per_step, r.graph_nodes_per_step)
+        body.append(([r.scenario] if with_scenario else []) + [r.holder, growth, r.verdict, r.static, r.agreement])
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
+    fmt = " | ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), "-+-".join("-" * w for w in widths)]
+    out += [fmt.format(*row) for row in body]
+    notes = [f"  {r.holder}: {r.note}" for r in rows if r.note]
+    return "\n".join(out + notes) + "\n"
+
+
+def report_dict(report: ProbeReport) -> dict:
+    run = report.run
+    return {
+        "name": report.name,
+        "verdict": report.verdict.value,
+        "reason": report.reason,
+        "bytes_per_step": report.bytes_per_step,
+        "graph_nodes_per_step": report.graph_nodes_per_step,
+        "confidence": report.confidence,
+        "steps_done": report.steps_done,
+        "steps_requested": report.steps_requested,
+        "warmup": report.warmup,
+        "gc_every": report.gc_every,
+        "device": report.device,
+        "steps_to_oom": report.steps_to_oom,
+        "step_peak_bytes": report.step_peak_bytes,
+        "median_step_ms": report.median_step_ms,
+        "heap_bytes_per_step": report.heap_bytes_per_step,
+        "interrupted": report.interrupted,
+        "error": asdict(report.error) if report.error else None,
+        "holders": [asdict(h) for h in report.holders],
+        "series": {
+            "live_bytes": run.live_bytes if run else [],
+            "collections": [asdict(c) for c in run.collections] if run else [],
+        },
+    }
+
+
+def write_json(path: str, reports: list[ProbeReport], rows: list[Row]) -> None:
+    data = {"reports": [r.to_dict() for r in reports], "cross_check": [asdict(r) for r in rows]}
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+
+
+class PlotUnavailable(Exception):
+    pass
+
+
+def write_plot(path: str, reports: list[ProbeReport]) -> None:
+    """Live tensor bytes per step (line) and after each gc.collect() (dots), one curve per report."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)") from None
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for report in reports:
+        run = report.run
+        if run is None or not run.live_bytes:
+            continue
+        # Zero is the live set right after the warm-up collection.
+        baseline = [c.live_after for c in run.collections if c.step == run.warmup]
+        base = baseline[0] if baseline else run.live_bytes[0]
+        steps = list(range(1, len(run.live_bytes) + 1))
+        line, = ax.plot(steps, [(b - base) / 1024 for b in run.live_bytes], lw=1, alpha=0.8,
+                        label=f"{report.name} ({report.verdict.value})")
+        cs = [c for c in run.collections]
+        ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], "o", ms=3, color=line.get_color())
+    ax.axvline(reports[0].warmup if reports else 0, color="grey", ls=":", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("live tensor KiB above warm-up")
+    ax.text(0.01, 0.98, "line: after each step (collector paused); dots: after gc.collect()",
+            transform=ax.transAxes, va="top", fontsize=8)
+    ax.set_title("gradlint probe: live tensor memory per step")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), dpi=110)
+    plt.close(fig)

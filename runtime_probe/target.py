@@ -1,0 +1,79 @@
+"""Load the user's step: `path/to/train.py:step` or `package.module:step`.
+
+The module is imported once; its import runs the set-up (model, optimizer, data).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class TargetError(Exception):
+    """The target cannot be loaded: the message is the one line the user sees."""
+
+
+@dataclass
+class Target:
+    spec: str
+    step: Callable[[], object]
+    file: str  # the module's source file ("" when unknown)
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    module, sep, name = spec.rpartition(":")
+    if not sep or not module or not name:
+        raise TargetError(f"target {spec!r} must be FILE.py:FUNCTION or package.module:FUNCTION")
+    return module, name
+
+
+def _is_path(module: str) -> bool:
+    return module.endswith(".py") or os.sep in module or "/" in module
+
+
+def load_target(spec: str) -> Target:
+    module_ref, name = parse_spec(spec)
+    if _is_path(module_ref):
+        path = os.path.abspath(module_ref)
+        if not os.path.isfile(path):
+            raise TargetError(f"no such file: {module_ref}")
+        module = _import_file(path, module_ref)
+    else:
+        try:
+            module = importlib.import_module(module_ref)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_ref.startswith(exc.name):
+                raise TargetError(f"no module named {module_ref!r}") from None
+            raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
+            raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
+    if not hasattr(module, name):
+        raise TargetError(f"{module_ref} has no attribute {name!r}")
+    step = getattr(module, name)
+    if not callable(step):
+        raise TargetError(f"{module_ref}:{name} is not callable (it is a {type(step).__name__})")
+    return Target(spec, step, getattr(module, "__file__", "") or "")
+
+
+def _import_file(path: str, shown: str):
+    directory = os.path.dirname(path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    # Sibling imports in the user's file work as they do under `python train.py`.
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    module_name = name if name not in sys.modules else f"_gradlint_probe_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot import {shown}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
+        sys.modules.pop(module_name, None)
+        raise TargetError(f"importing {shown} raised {type(exc).__name__}: {exc}") from None
+    return module

@@ -1,0 +1,126 @@
+"""LiveStorageTracker: exact live tensor bytes, per storage, with the op and user line that made it.
+
+A TorchDispatchMode sees every op output in forward, backward and the optimizer (the autograd
+engine carries the mode's thread-local state on CPU: measured on torch 2.13). Each new output's
+untyped storage is recorded once with a weakref: views share their base's storage object, and the
+weakref fires only when the last view dies, so the count is exact to the byte (ground truth A0:
+131072 B/step measured for a 131072 B leak, 0 for the control).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The bundled op is library code: the line a user wants is the one that called it.
+_CUDA_EXT_DIR = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "cuda_ext") + os.sep
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = [_TORCH_DIR, _PROBE_DIR, _CUDA_EXT_DIR]
+    try:
+        import gradlint.cuda_ext as ext  # no torch import at module import
+
+        dirs.append(os.path.dirname(os.path.abspath(ext.__file__)) + os.sep)
+    except ImportError:
+        pass
+    return tuple(dirs)
+
+
+@dataclass
+class StorageRecord:
+    nbytes: int
+    step: int  # the step that created it (0 = before the first step)
+    op: str  # the aten op whose output it was
+    file: str
+    line: int
+    ref: weakref.ref
+
+
+class LiveStorageTracker(TorchDispatchMode):
+    """Counts the bytes of every live storage an op produced while the mode was on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[int, StorageRecord] = {}
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.step = 0
+        # Tensor objects made while tracking, to find held graphs and the holders of survivors.
+        self.tensors: weakref.WeakSet = weakref.WeakSet()
+        self._skip_dirs = _library_dirs()
+        self._skip_cache: dict[str, bool] = {}
+
+    # -- the mode -----------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._record(t, func)
+        return out
+
+    def _record(self, t: torch.Tensor, func) -> None:
+        try:
+            self.tensors.add(t)
+            st = t.untyped_storage()
+        except (RuntimeError, TypeError, NotImplementedError):
+            return  # sparse, meta without storage, or a subclass that refuses: nothing to count
+        key = st._cdata
+        if key in self.records:
+            return
+        nbytes = st.nbytes()
+        file, line = self._user_line()
+        record = StorageRecord(nbytes, self.step, str(getattr(func, "__name__", func)), file, line, None)  # type: ignore[arg-type]
+        record.ref = weakref.ref(st, self._on_free(key, record))
+        self.records[key] = record
+        self.live_bytes += nbytes
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+
+    def _on_free(self, key: int, record: StorageRecord):
+        def freed(_ref, self_ref=weakref.ref(self)):
+            tracker = self_ref()
+            # Only drop our own entry: a new storage may already reuse the address.
+            if tracker is not None and tracker.records.get(key) is record:
+                del tracker.records[key]
+                tracker.live_bytes -= record.nbytes
+        return freed
+
+    def _user_line(self) -> tuple[str, int]:
+        frame = sys._getframe(3)
+        skip = self._skip_cache
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            hidden = skip.get(filename)
+            if hidden is None:
+                hidden = skip[filename] = filename.startswith(self._skip_dirs) or filename.startswith("<frozen")
+            if not hidden:
+                return filename, frame.f_lineno
+            frame = frame.f_back
+        return "?", 0
+
+    # -- queries ------------------------------------------------------------------------------
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        self.peak_bytes = self.live_bytes
+
+    def survivors(self, after_step: int) -> list[StorageRecord]:
+        """Live storages created after `after_step`."""
+        return [r for r in list(self.records.values()) if r.step > after_step and r.ref() is not None]
+
+    def live_tensors(self) -> list[torch.Tensor]:
+        return list(self.tensors)
+
+    def storage_key(self, t: torch.Tensor) -> int | None:
+        try:
+            return t.untyped_storage()._cdata
+        except (RuntimeError, TypeError, NotImplementedError):
+            return None

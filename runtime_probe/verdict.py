@@ -1,0 +1,69 @@
+"""From the measured series to a verdict: clean, delayed-free, retained or error.
+
+The tracker is exact, so clean code shows no growth at all after collection; the thresholds only
+have to ignore one-off events (an optimizer's state made on its first step, a cache overwritten
+each step that holds the last step's tensor) and not a noise floor.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from dataclasses import dataclass
+
+
+class Verdict(enum.Enum):
+    CLEAN = "clean"
+    DELAYED_FREE = "delayed-free"  # a reference cycle: grows between collections, gc.collect() frees it
+    RETAINED = "retained"  # survives gc.collect(): reachable, or a cycle through C++ gc cannot see
+    ERROR = "error"  # the step raised
+
+    @property
+    def is_leak(self) -> bool:
+        return self in (Verdict.DELAYED_FREE, Verdict.RETAINED)
+
+
+def robust_slope(xs: list[float], ys: list[float]) -> float:
+    """Theil-Sen: the median of pairwise slopes, unmoved by a few outliers (a one-off allocation)."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
+              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+@dataclass
+class Spread:
+    """How evenly the surviving storages' creation steps cover the measured steps."""
+
+    steps_with_survivors: int
+    measured_steps: int
+    quarters_hit: int
+
+    @property
+    def steady(self) -> bool:
+        # A leak of one tensor per step (or per few steps) leaves survivors in every quarter of
+        # the run; a one-off (lazy state, a late cache fill) leaves them in one.
+        return self.steps_with_survivors >= 3 and self.quarters_hit >= 3
+
+    @property
+    def confidence(self) -> float:
+        if self.measured_steps <= 0:
+            return 0.0
+        return round(min(1.0, self.quarters_hit / 4 * min(1.0, 2 * self.steps_with_survivors / self.measured_steps)), 2)
+
+
+def survivor_spread(survivor_steps: set[int], first: int, last: int) -> Spread:
+    """Survivor creation steps within [first, last]."""
+    inside = {s for s in survivor_steps if first <= s <= last}
+    n = last - first + 1
+    if n <= 0:
+        return Spread(0, 0, 0)
+    quarters = {min(3, (s - first) * 4 // n) for s in inside}
+    return Spread(len(inside), n, len(quarters))
+
+
+def growing(values: list[int]) -> bool:
+    """Grows at least three times and never shrinks back below its first value."""
+    if len(values) < 3:
+        return False
+    ups = sum(1 for a, b in zip(values, values[1:]) if b > a)
+    return ups >= min(3, len(values) - 1) and values[-1] > values[0] and min(values) >= values[0]

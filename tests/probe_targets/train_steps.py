@@ -1,0 +1,95 @@
+"""User-style training steps for the probe's tests: one set-up at import, one step per function."""
+
+import torch
+from torch import nn
+
+from gradlint.cuda_ext import scatter_add
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+index = torch.randint(0, 8, (32,), dtype=torch.int32)
+losses = []
+total_loss = 0.0
+NOT_A_STEP = 3
+
+
+class ScatterMean(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index, dim_size):
+        out = scatter_add(src.detach(), index, dim_size)
+        ctx.out = out
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad.index_select(0, index), None, None
+
+
+class ScatterRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index, dim_size):
+        out = scatter_add(src.detach(), index, dim_size)
+        ctx.rows = out[1:]
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad.index_select(0, index), None, None
+
+
+def _loss(pool=None):
+    h = model(torch.randn(32, 16))
+    if pool is not None:
+        h = pool.apply(h, index, 8)
+    return h.pow(2).mean()
+
+
+def clean_step():
+    optimizer.zero_grad()
+    loss = _loss()
+    loss.backward()
+    optimizer.step()
+
+
+def keep_losses():
+    optimizer.zero_grad()
+    loss = _loss()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss)
+
+
+def accumulate_loss():
+    global total_loss
+    optimizer.zero_grad()
+    loss = _loss()
+    loss.backward()
+    optimizer.step()
+    total_loss += loss
+
+
+def output_on_ctx():
+    optimizer.zero_grad()
+    loss = _loss(ScatterMean)
+    loss.backward()
+    optimizer.step()
+
+
+def view_on_ctx():
+    optimizer.zero_grad()
+    loss = _loss(ScatterRows)
+    loss.backward()
+    optimizer.step()
+
+
+def raising_step():
+    global calls
+    calls = globals().get("calls", 0) + 1
+    if calls == 7:
+        raise ValueError("batch 7 is empty")
+    clean_step()

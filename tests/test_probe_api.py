@@ -1,0 +1,115 @@
+"""The probe through its Python API, on user-style training steps (tests/probe_targets)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradlint.runtime_probe import LeakError, Verdict, assert_no_leak, probe  # noqa: E402
+from gradlint.runtime_probe.target import load_target  # noqa: E402
+
+STEPS = Path(__file__).parent / "probe_targets" / "train_steps.py"
+
+
+def step(name: str):
+    return load_target(f"{STEPS}:{name}").step
+
+
+def line_of(text: str) -> int:
+    return next(n for n, line in enumerate(STEPS.read_text().splitlines(), 1) if text in line)
+
+
+def test_clean_step_is_clean_over_repeated_runs():
+    clean = step("clean_step")
+    for _ in range(3):
+        report = probe(clean, steps=40)
+        assert report.verdict is Verdict.CLEAN, report.reason
+        assert report.bytes_per_step == 0 and not report.holders
+
+
+def test_keeping_the_scalar_loss_each_step_is_retained_and_named():
+    report = probe(step("keep_losses"), steps=100)
+    assert report.verdict is Verdict.RETAINED
+    # The tracker counts storage bytes: a 0-d float32 loss is 4 B, whatever the allocator rounds to.
+    assert report.bytes_per_step == pytest.approx(4.0)
+    assert report.graph_nodes_per_step > 0
+    (holder,) = report.holders
+    assert holder.subject == "losses" and holder.kind == "global"
+    assert Path(holder.file).samefile(STEPS) and holder.line == line_of("losses = []")
+
+
+def test_loss_accumulated_as_a_tensor_grows_the_graph_not_the_bytes():
+    report = probe(step("accumulate_loss"), steps=60)
+    assert report.verdict is Verdict.RETAINED
+    assert report.graph_nodes_per_step >= 5
+    assert [h.subject for h in report.holders] == ["total_loss"]
+
+
+def test_own_output_on_ctx_is_delayed_free_and_named_with_its_forward():
+    report = probe(step("output_on_ctx"), steps=60)
+    assert report.verdict is Verdict.DELAYED_FREE
+    assert report.bytes_per_step == 8 * 4 * 4  # the [8, 4] float32 output, every step
+    (holder,) = report.holders
+    assert holder.subject == "ScatterMean.ctx.out" and holder.kind == "ctx"
+    assert holder.line == line_of("class ScatterMean") + 2  # the forward's def line
+    assert any(f"train_steps.py:{line_of('out = scatter_add')}" in site for site in holder.created_at)
+
+
+def test_view_of_output_on_ctx_is_a_permanent_leak():
+    report = probe(step("view_on_ctx"), steps=60)
+    assert report.verdict is Verdict.RETAINED
+    assert report.bytes_per_step == pytest.approx(8 * 4 * 4)  # the view keeps its base's whole storage
+    assert report.holders[0].subject == "ScatterRows.ctx.rows"
+
+
+def test_a_raising_step_is_an_error_with_its_step_number():
+    report = probe(step("raising_step"), steps=30)
+    assert report.verdict is Verdict.ERROR
+    assert report.error.step == 7
+    assert report.error.exception == "ValueError: batch 7 is empty"
+    assert report.error.where.endswith(f"train_steps.py:{line_of('raise ValueError')}")
+
+
+def test_keyboard_interrupt_yields_a_partial_report():
+    clean = step("clean_step")
+    calls = []
+
+    def interrupted_step():
+        calls.append(1)
+        if len(calls) == 25:
+            raise KeyboardInterrupt
+        clean()
+
+    report = probe(interrupted_step, steps=100)
+    assert report.interrupted and report.steps_done == 24
+    assert report.verdict is Verdict.CLEAN
+
+
+def test_the_automatic_collector_is_restored_after_probing():
+    import gc
+
+    assert gc.isenabled()
+    probe(step("clean_step"), steps=12)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_cpu_only_torch_never_trusts_cuda_memory():
+    from gradlint.runtime_probe import signals
+    from gradlint.runtime_probe.api import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    assert resolve_device("auto") == "cpu"
+    assert signals.cuda_allocated() is None  # torch.cuda.memory_allocated() would say 0
+    with pytest.raises(ValueError, match="no usable CUDA device"):
+        resolve_device("cuda")
+    assert probe(step("clean_step"), steps=12, device="auto").device == "cpu"
+
+
+def test_assert_no_leak_passes_clean_code_and_fails_a_leak_with_the_report():
+    assert assert_no_leak(step("clean_step"), steps=30).verdict is Verdict.CLEAN
+    with pytest.raises(LeakError, match="held by losses"):
+        assert_no_leak(step("keep_losses"), steps=30)
