@@ -33,10 +33,11 @@ class Holder:
 
     @property
     def where(self) -> str:
-        return f"{_short(self.file)}:{self.line}" if self.file else ""
+        return f"{display_path(self.file)}:{self.line}" if self.file else ""
 
 
-def _short(path: str) -> str:
+def display_path(path: str) -> str:
+    """Relative to the current directory when under it (as gradlint check prints), else as is."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -82,7 +83,7 @@ def _holder_for_owner(owner, attr: str) -> Holder | None:
         name = fn_cls.__name__ if fn_cls else type(owner).__name__
         file, line = _source_line(fn_cls.forward) if fn_cls else ("", 0)
         return Holder("ctx", f"{name}.ctx.{attr}", file, line,
-                      f"ctx attribute of {type(owner).__name__} -> Function {name}, forward at {_short(file)}:{line}")
+                      f"ctx attribute of {type(owner).__name__} -> Function {name}, forward at {display_path(file)}:{line}")
     if isinstance(owner, type) or isinstance(owner, types.ModuleType):
         return None
     cls = type(owner)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .api import ProbeReport
+from .attribute import display_path
 from .verdict import Verdict
 
 CONFIRMED = "confirmed"
@@ -32,13 +33,6 @@ class Row:
     note: str = ""
     scenario: str = ""
 
-
-def _rel(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def static_findings(files: list[str]):
@@ -83,7 +77,7 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
         return hits
 
     def static_text(hits):
-        return ", ".join(f"{findings[i].code} at {_rel(findings[i].path)}:{findings[i].line}" for i in hits) or "-"
+        return ", ".join(f"{findings[i].code} at {display_path(findings[i].path)}:{findings[i].line}" for i in hits) or "-"
 
     for holder in report.holders:
         hits = match(holder.subject, holder.file) if holder.subject else []
@@ -106,7 +100,7 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
         if i in used:
             continue
         rows.append(Row(f.subject or "-", 0.0, 0.0, "no growth" if report.verdict is not Verdict.ERROR else "-",
-                        f"{f.code} at {_rel(f.path)}:{f.line}", STATIC_ONLY,
+                        f"{f.code} at {display_path(f.path)}:{f.line}", STATIC_ONLY,
                         _static_only_note(f.code), scenario))
     return rows
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import graph, signals
-from .attribute import Holder, find_holders
+from .attribute import Holder, display_path, find_holders
 from .tracker import LiveStorageTracker, StorageRecord
 
 
@@ -152,19 +152,12 @@ def _user_frame(exc: BaseException) -> str:
     if not frames:
         return ""
     f = frames[-1]
-    return f"{_rel(f.filename)}:{f.lineno}"
+    return f"{display_path(f.filename)}:{f.lineno}"
 
-
-def _rel(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def _site(record: StorageRecord) -> str:
-    return f"{_rel(record.file)}:{record.line} ({record.op})"
+    return f"{display_path(record.file)}:{record.line} ({record.op})"
 
 
 def _tensors_by_storage(tracker: LiveStorageTracker, keys: set[int]) -> dict[int, list]:
