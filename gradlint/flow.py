@@ -637,7 +637,7 @@ class Walker:
                 self.walk.events.append(SavedForBackward(
                     self._where(e), tuple((a.value, v) for a, v in args)))
             return SCALAR
-        if (method in ("append", "extend", "insert", "setdefault", "appendleft")
+        if (method in api.CONTAINER_STORING_METHODS and method != "update"
                 and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN)) \
                 or (method == "update" and receiver.kind is Kind.CONTAINER):
             if method in ("insert", "setdefault"):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update"})
+from gradlint.torch_api import CONTAINER_STORING_METHODS
+
 
 
 def _classes(tree: ast.Module) -> Iterator[ast.ClassDef]:
@@ -82,7 +83,7 @@ def stores_on_self_in(tree: ast.Module, method: str) -> bool:
                         if any(_rooted_at(t, owner) for t in targets):
                             return True
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                            and node.func.attr in STORING_METHODS and _rooted_at(node.func.value, owner):
+                            and node.func.attr in CONTAINER_STORING_METHODS and _rooted_at(node.func.value, owner):
                         return True
     return False
 

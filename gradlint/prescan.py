@@ -214,8 +214,7 @@ class Prescan:
 
 
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update",
-                              "save_for_backward"})
+_STORING_METHODS = api.CONTAINER_STORING_METHODS | {"save_for_backward"}
 _NOTES = {
     cst.Call: Prescan._call,
     cst.AssignTarget: Prescan._assign_target,

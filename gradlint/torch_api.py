@@ -105,6 +105,8 @@ SHAPE_TAKING_FUNCTIONS = frozenset({
     "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.randn",
     "torch.rand", "torch.randint", "torch.eye", "torch.linspace",
 })
+# Container methods that keep what they are given (list.append, dict.setdefault, ...).
+CONTAINER_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update"})
 SCALAR_CONVERSIONS = frozenset({"int", "float", "bool", "range", "str", "math.ceil", "math.floor"})
 SCALAR_BUILTINS = frozenset({
     "len", "int", "float", "bool", "str", "isinstance", "hasattr", "callable", "id", "repr",
