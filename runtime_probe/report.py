@@ -39,7 +39,11 @@ def report_text(report: ProbeReport) -> str:
     if report.error is not None:
         lines.append(f"  step {report.error.step} raised at {report.error.where or '?'}: {report.error.exception}")
     if report.steps_to_oom is not None:
-        lines.append(f"  at this rate the {report.device} memory now free is gone after ~{report.steps_to_oom:,.0f} steps")
+        heap = report.heap_bytes_per_step
+        rate = (f" (heap +{heap:,.0f} B/step: the graph's C++ nodes)"
+                if report.device == "cpu" and heap is not None and heap > report.bytes_per_step else "")
+        lines.append(f"  at this rate{rate} the {report.device} memory now free is gone after "
+                     f"~{report.steps_to_oom:,.0f} steps")
     for h in report.holders:
         lines.append(f"  held by {h.subject or '(unnamed)'}: {h.detail}" + (f" [{h.where}]" if h.where else ""))
         lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
