@@ -15,6 +15,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.flow import _SCALAR_LIKE, AttributeStore, FunctionRole, ReturnValue, Walk, Walker, looks_like_module
+from gradlint.call_sites import CallSite, collect_call_sites
 from gradlint.prescan import Prescan
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
@@ -114,7 +115,7 @@ class FileModel:
                 self._all_functions.append((statement, owner, in_function))
                 self._scan(statement.body.body, owner=None, top=False, in_function=statement)
             else:
-                for block in _blocks(statement):
+                for block in blocks_of(statement):
                     self._scan(block, owner=owner, top=top, in_function=in_function)
 
     def _scan_small(self, small: cst.BaseSmallStatement, top: bool) -> None:
@@ -268,6 +269,22 @@ class FileModel:
         if scan is None:
             scan = self._prescans[id(function)] = Prescan(function, frozenset(self.imports.aliases))
         return scan
+
+    def ancestors(self, class_name: str) -> set[str]:
+        """The class and its bases defined in this file, transitively (by name)."""
+        bases = {info.node.name.value: info.bases for info in self._classes}
+        found, todo = set(), [class_name]
+        while todo:
+            name = todo.pop()
+            if name in found:
+                continue
+            found.add(name)
+            todo.extend(b for b in bases.get(name, ()) if b in bases)
+        return found
+
+    @cached_property
+    def call_sites(self) -> list[CallSite]:
+        return collect_call_sites(self.module)
 
     # ----- what names at module level hold ----------------------------------------------------
 
@@ -458,7 +475,7 @@ def _all_params(function: cst.FunctionDef) -> Iterator[cst.Param]:
         yield params.star_kwarg
 
 
-def _blocks(statement: cst.CSTNode) -> Iterator:
+def blocks_of(statement: cst.CSTNode) -> Iterator:
     """The statement lists nested in a compound statement (not functions or classes)."""
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.With)):
         yield statement.body.body
@@ -490,7 +507,7 @@ def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
             if isinstance(statement, cst.SimpleStatementLine):
                 yield from (s for s in statement.body if isinstance(s, cst.Return))
             elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                for inner in _blocks(statement):
+                for inner in blocks_of(statement):
                     yield from statements(inner)
 
     return statements(function.body.body)
@@ -504,7 +521,7 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
                     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
                         yield small.value
             elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                for inner in _blocks(statement):
+                for inner in blocks_of(statement):
                     yield from statements(inner)
 
     return statements(function.body.body)

@@ -28,7 +28,7 @@ _SKIPPED_FIELDS = frozenset({
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Direct children that can hold code. Plain attribute reads: libcst's own visitor rebuilds
     every node it passes and costs about as much as the parse (measured on torch's sources)."""
     fields = _FIELDS.get(type(node))
@@ -95,7 +95,7 @@ class Prescan:
         is_loop = kind is cst.For or kind is cst.While
         if is_loop:
             self._loops.append(node)
-        for child in _child_nodes(node):
+        for child in child_nodes(node):
             self._visit(child)
         if is_loop:
             self._loops.pop()

@@ -127,3 +127,76 @@ def test_input_on_ctx_forms_no_cycle_and_is_a_warning():
     [finding] = [f for f in _lint(INPUT_ON_CTX) if f.code == "GL101"]
     assert finding.severity.value == "warning" and "version-counter" in finding.message
     assert _storage_alive_after(INPUT_ON_CTX) == (False, False)
+
+
+NOT_STATIC = textwrap.dedent("""
+    import torch
+    class Twice(torch.autograd.Function):
+        def forward(ctx, x):
+            return x * 2
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+""")
+
+
+def test_instantiated_function_raises_the_legacy_error_the_message_quotes():
+    source = NOT_STATIC + "y = Twice()(x)\n"
+    findings = [f for f in _lint(source) if f.code == "GL202"]
+    assert len(findings) == 2  # the def without @staticmethod and the instantiation
+    namespace = _load(NOT_STATIC)
+    x = torch.ones(3, requires_grad=True)
+    assert torch.equal(namespace["Twice"].apply(x), x * 2)  # works through apply, as the message says
+    with pytest.warns(DeprecationWarning), pytest.raises(RuntimeError) as raised:
+        namespace["Twice"]()(x)
+    assert str(raised.value).split(" (Example")[0] in findings[1].message
+
+
+def test_forward_called_directly_bypasses_the_custom_backward():
+    source = NOT_STATIC.replace("    def forward", "    @staticmethod\n    def forward") + "y = Twice.forward(None, x)\n"
+    [finding] = [f for f in _lint(source) if f.code == "GL205"]
+    namespace = _load(source.replace("y = Twice.forward(None, x)\n", ""))
+    y = namespace["Twice"].forward(None, torch.ones(3, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "MulBackward0"
+    assert "custom backward is bypassed" in finding.message
+
+
+def test_tensors_in_a_list_argument_are_not_differentiated():
+    source = textwrap.dedent("""
+        import torch
+        class Sum(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, xs):
+                return xs[0] + xs[1]
+            @staticmethod
+            def backward(ctx, g):
+                return None
+        def run(a, b):
+            return Sum.apply([a, b])
+    """)
+    [finding] = [f for f in _lint(source) if f.code == "GL206"]
+    namespace = _load(source)
+    out = namespace["run"](torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True))
+    assert out.requires_grad is False
+    assert "does not require grad" in finding.message
+
+
+def test_second_save_for_backward_replaces_the_first():
+    source = textwrap.dedent("""
+        import torch
+        class Keep(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, y):
+                ctx.save_for_backward(x)
+                ctx.save_for_backward(y)
+                return x * y
+            @staticmethod
+            def backward(ctx, g):
+                return g, g
+    """)
+    [finding] = [f for f in _lint(source) if f.code == "GL203"]
+    namespace = _load(source)
+    x, y = torch.ones(2, requires_grad=True), torch.full((2,), 3.0, requires_grad=True)
+    out = namespace["Keep"].apply(x, y)
+    assert len(out.grad_fn.saved_tensors) == 1 and torch.equal(out.grad_fn.saved_tensors[0], y)
+    assert "only the last call's tensors" in finding.message

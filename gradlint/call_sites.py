@@ -1,0 +1,97 @@
+"""Every call in a file with where it sits: its function, class, innermost loop.
+
+Several rules ask about calls anywhere in a file (`MyFn.forward(...)`, `torch.cuda.empty_cache()`
+in a loop); one pass collects them all, with plain attribute reads (see prescan.py for why not
+libcst's visitor).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+import libcst as cst
+
+from gradlint.prescan import child_nodes
+
+
+@dataclass(frozen=True)
+class CallSite:
+    call: cst.Call
+    function: cst.FunctionDef | None  # innermost def around it
+    owner_class: cst.ClassDef | None  # innermost class around it
+    loops: tuple[cst.For | cst.While, ...]  # the loops around it within its function, outermost first
+
+    @property
+    def loop(self) -> cst.For | cst.While | None:
+        return self.loops[-1] if self.loops else None
+
+
+def collect_call_sites(module: cst.Module) -> list[CallSite]:
+    """In document order."""
+    found: list[CallSite] = []
+
+    def visit(node: cst.CSTNode, function, owner, loops) -> None:
+        kind = type(node)
+        if kind is cst.FunctionDef:
+            for decorator in node.decorators:
+                visit(decorator, function, owner, loops)
+            visit(node.body, node, owner, ())
+            return
+        if kind is cst.ClassDef:
+            for child in (*node.bases, *node.keywords, *node.decorators):
+                visit(child, function, owner, loops)
+            visit(node.body, function, node, loops)
+            return
+        if kind is cst.Call:
+            found.append(CallSite(node, function, owner, loops))
+        if kind is cst.For or kind is cst.While:
+            loops = (*loops, node)
+        for child in child_nodes(node):
+            visit(child, function, owner, loops)
+
+    visit(module, None, None, ())
+    return found
+
+
+def method_name(call: cst.Call) -> str | None:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+
+
+def is_true(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def step_functions(sites: list[CallSite]) -> set[int]:
+    """ids of functions that run a training step: they call backward(), step() or zero_grad()."""
+    return {id(s.function) for s in sites
+            if s.function is not None and method_name(s.call) in ("backward", "step", "zero_grad")}
+
+
+_TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
+
+
+def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
+    """Whether a call runs once per training step: in a loop (or, outside loops, a function) that
+    also steps an optimizer (`.step()`, `.zero_grad()`), or in a loop over a loader/dataset/epochs.
+    A loop over a model's outputs or over devices inside one step is not one."""
+    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
+    if site.loops:
+        empty = cst.Module(body=[])
+        for loop in site.loops:
+            if any(loop in s.loops for s in optimizer_calls):
+                return True
+            iterable = loop.iter if isinstance(loop, cst.For) else loop.test
+            if _TRAINING_ITERABLE.search(empty.code_for_node(iterable)):
+                return True
+        return False
+    return site.function is not None and any(s.function is site.function for s in optimizer_calls)
+
+
+def sites_in(sites: list[CallSite], function: cst.FunctionDef) -> Iterator[CallSite]:
+    return (s for s in sites if s.function is function)

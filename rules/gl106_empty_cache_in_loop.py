@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from gradlint.call_sites import in_training_step
+from gradlint.file_model import FileModel
+from gradlint.findings import Severity
+from gradlint.rule import Hit, Invalid, Rule
+
+
+class EmptyCacheInLoop(Rule):
+    code = "GL106"
+    name = "empty-cache-in-loop"
+    severity = Severity.WARNING
+    summary = "torch.cuda.empty_cache() every step: frees nothing still referenced, slows allocation"
+    markers = ("empty_cache",)
+    doc = """
+## What it does
+Flags `torch.cuda.empty_cache()` once per training step: in a loop or function that also calls
+`optimizer.step()`/`zero_grad()`, or in a loop over a loader, dataset or epochs. Clearing the cache
+once after training, or in a loop over devices, is not reported.
+
+## Why is this bad?
+`empty_cache()` returns the caching allocator's *unused* blocks to the driver. It frees no tensor
+that is still referenced, so memory that climbs step after step keeps climbing; and every step
+after it pays for fresh `cudaMalloc` calls. (On a CPU-only build it silently does nothing:
+measured, torch 2.13.) What actually grows is held by something: a tensor kept on ctx, on a
+module, in a list, or a loss summed without `.item()` (GL101-GL104), which `gradlint probe` names.
+
+## Example
+```python
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    torch.cuda.empty_cache()
+```
+
+## Use instead
+```python
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+# find what holds the memory: gradlint probe train.py:step
+```
+"""
+    VALID = (
+        """
+import torch
+def evaluate(model, data):
+    return model(data)
+train()
+torch.cuda.empty_cache()
+for device in range(torch.cuda.device_count()):
+    torch.cuda.empty_cache()
+""",
+    )
+    INVALID = (
+        Invalid("""
+import torch as th
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    th.cuda.empty_cache()
+""", ("th.cuda.empty_cache()",)),
+        Invalid("""
+from torch import cuda
+def train_step(batch):
+    optimizer.zero_grad()
+    model(batch).sum().backward()
+    optimizer.step()
+    cuda.empty_cache()
+""", ("cuda.empty_cache()",)),
+    )
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        sites = model.call_sites
+        for site in sites:
+            if model.imports.qualify(site.call.func) != "torch.cuda.empty_cache" or not in_training_step(site, sites):
+                continue
+            yield Hit(site.call, (
+                "torch.cuda.empty_cache() in a training loop frees no tensor that is still referenced (only "
+                "cached, unused blocks) and makes later allocations slower; memory that climbs is held by "
+                "something: look for GL101-GL104 or run `gradlint probe` to name the holder"))
