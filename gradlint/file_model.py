@@ -43,6 +43,7 @@ class AutogradFunction:
         if not isinstance(params.star_arg, cst.MaybeSentinel) or params.star_kwarg is not None:
             return None
         listed = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+        listed = listed[leading_params(self.forward):]  # a @classmethod's cls
         return listed[1:] if self.style == "ctx" else listed
 
     @property
@@ -315,11 +316,14 @@ class FileModel:
             target = function.forward
             if target is None or not target.params.params:
                 return None
-            ctx = target.params.params[0].name.value
+            skip = leading_params(target)
+            if len(target.params.params) <= skip:
+                return None
+            ctx = target.params.params[skip].name.value
             walk = Walk(self, target, FunctionRole("forward", ctx_name=ctx, owner_class=function.name))
             walker = Walker(walk, target)
             bound = {ctx: Val(Kind.CTX)}
-            for param in target.params.params[1:]:
+            for param in target.params.params[skip + 1:]:
                 bound[param.name.value] = self._input_value(param, walker.scan)
             walker.bind_params(bound)
             walker.run()
@@ -327,9 +331,9 @@ class FileModel:
                 walk.output_bindings.update(_bindings_of(event.value))
             return walk
         setup = function.setup_context
-        if setup is None or len(setup.params.params) < 3:
+        if setup is None or len(setup.params.params) < 3 + leading_params(setup):
             return None
-        names = [p.name.value for p in setup.params.params]
+        names = [p.name.value for p in setup.params.params][leading_params(setup):]
         # custom ops with keyword-only arguments pass them third: (ctx, inputs, keyword_only_inputs, output)
         ctx, inputs, output = names[0], names[1], names[-1] if len(names) >= 4 else names[2]
         walk = Walk(self, setup, FunctionRole("setup_context", ctx_name=ctx, owner_class=function.name))
@@ -440,6 +444,11 @@ class FileModel:
             walker.bind_params(params)
         walker.run()
         return walk
+
+
+def leading_params(function: cst.FunctionDef) -> int:
+    """How many leading parameters are not the method's own: `cls` of a @classmethod."""
+    return 1 if any(dotted(d.decorator) == "classmethod" for d in function.decorators) else 0
 
 
 def _is_module_base(name: str) -> bool:

@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import prechecks
-from gradlint.file_model import AutogradFunction, FileModel, returns_in
+from gradlint.file_model import AutogradFunction, FileModel, leading_params, returns_in
 from gradlint.findings import Severity
 from gradlint.prescan import target_names
 from gradlint.rule import Hit, Invalid, Rule
@@ -68,7 +68,7 @@ def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[s
     """Names bound to tuple literals (countable once, uncountable if rebound differently) and
     names that hold one tensor (the incoming gradients, arithmetic on them)."""
     tuples: dict[str, Counted | None] = {}
-    singles = {p.name.value for p in backward.params.params[1:]}
+    singles = {p.name.value for p in backward.params.params[leading_params(backward) + 1:]}
     assigned_other: set[str] = set()
 
     class Collect(cst.CSTVisitor):
@@ -171,6 +171,23 @@ class Seg(torch.autograd.Function):
         if ctx.extra:
             return compute(grad)
         return grads + (None,)
+""",
+        """
+import torch
+class Base(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * w
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+class Scaled(Base):
+    @classmethod
+    def forward(cls, ctx, x, w):
+        return super().forward(ctx, x, w)
+    @classmethod
+    def backward(cls, ctx, g):
+        return g, g
 """,
         """
 import torch

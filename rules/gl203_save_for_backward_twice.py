@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel, blocks_of
+from gradlint.file_model import FileModel, blocks_of, leading_params
 from gradlint.findings import Severity
 from gradlint.rule import Hit, Invalid, Rule
 
@@ -110,9 +110,10 @@ class Pick(torch.autograd.Function):
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function in model.function_classes:
             for method in (function.forward if function.style == "ctx" else None, function.setup_context):
-                if method is None or not method.params.params:
+                skip = leading_params(method) if method is not None else 0
+                if method is None or len(method.params.params) <= skip:
                     continue
-                ctx = method.params.params[0].name.value
+                ctx = method.params.params[skip].name.value
                 repeats, _ = repeated_saves(method.body.body, ctx, False)
                 for call in repeats:
                     yield Hit(call, (
