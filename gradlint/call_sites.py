@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator
-
 import libcst as cst
 
 from gradlint.prescan import child_nodes
@@ -67,12 +65,6 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def step_functions(sites: list[CallSite]) -> set[int]:
-    """ids of functions that run a training step: they call backward(), step() or zero_grad()."""
-    return {id(s.function) for s in sites
-            if s.function is not None and method_name(s.call) in ("backward", "step", "zero_grad")}
-
-
 _TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
 
 
@@ -92,6 +84,3 @@ def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
         return False
     return site.function is not None and any(s.function is site.function for s in optimizer_calls)
 
-
-def sites_in(sites: list[CallSite], function: cst.FunctionDef) -> Iterator[CallSite]:
-    return (s for s in sites if s.function is function)

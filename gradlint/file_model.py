@@ -283,6 +283,19 @@ class FileModel:
             todo.extend(b for b in bases.get(name, ()) if b in bases)
         return found
 
+    def function_class_call(self, call: cst.Call, method: str) -> str | None:
+        """`MyFn` when `call` is `MyFn.<method>(...)` on an autograd Function class of this file."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == method and isinstance(func.value, cst.Name) \
+                and func.value.value in self._function_class_defs:
+            return func.value.value
+        return None
+
+    @cached_property
+    def _function_class_defs(self) -> set[str]:
+        """Function subclasses (custom ops are functions, with no .forward/.apply of their own)."""
+        return {f.name for f in self.function_classes if isinstance(f.node, cst.ClassDef)}
+
     @cached_property
     def call_sites(self) -> list[CallSite]:
         return collect_call_sites(self.module)

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
 from gradlint import prechecks
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
@@ -73,13 +71,10 @@ def run(x):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        by_name = {f.name: f for f in model.function_classes if isinstance(f.node, cst.ClassDef)}
         for site in model.call_sites:
-            func = site.call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "forward"
-                    and isinstance(func.value, cst.Name) and func.value.value in by_name):
+            name = model.function_class_call(site.call, "forward")
+            if name is None:
                 continue
-            name = func.value.value
             if site.owner_class is not None and name in model.ancestors(site.owner_class.name.value):
                 continue  # inside the Function itself or a subclass: composing its own forward
 

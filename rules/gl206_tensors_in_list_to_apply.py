@@ -88,12 +88,10 @@ def run(a, b):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        names = {f.name for f in model.function_classes if isinstance(f.node, cst.ClassDef)}
         containers_by_function: dict[int, set[str]] = {}
         for site in model.call_sites:
-            func = site.call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value == "apply"
-                    and isinstance(func.value, cst.Name) and func.value.value in names):
+            name = model.function_class_call(site.call, "apply")
+            if name is None:
                 continue
             if any(arg.star for arg in site.call.args):
                 continue  # tensors also passed unpacked: the container is taken to be a non-tensor argument
@@ -106,7 +104,6 @@ def run(a, b):
                     continue
                 value = arg.value
                 if isinstance(value, _CONTAINERS) or (isinstance(value, cst.Name) and value.value in containers):
-                    name = func.value.value
                     yield Hit(site.call, (
                         f"{name}.apply gets tensors inside a container: autograd does not see them, so the "
                         "output does not require grad and no gradient reaches them (no error, measured torch "
