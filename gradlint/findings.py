@@ -19,6 +19,35 @@ class Severity(enum.Enum):
             raise ValueError(f"unknown severity {text!r}: use error, warning or note") from None
 
 
+class Applicability(enum.Enum):
+    """ruff's fix safety: a safe fix keeps the program's meaning, an unsafe one may change it
+    (a type, an exception) and is applied only with --unsafe-fixes."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Edit:
+    """Replace source[start:end] (character offsets) with `content`; an insertion has start == end.
+    Rows and columns (1-based, end exclusive) are the same span, for reporters."""
+
+    start: int
+    end: int
+    content: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class Fix:
+    message: str
+    applicability: Applicability
+    edits: tuple[Edit, ...]
+
+
 DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/README.md#{code}"
 
 
@@ -34,6 +63,7 @@ class Finding:
     end_line: int = 0
     end_column: int = 0
     subject: str = field(default="", compare=False)
+    fix: Fix | None = field(default=None, compare=False)
 
     @property
     def url(self) -> str:
