@@ -1,11 +1,15 @@
 """The same kNN message passing as knn_scatter_leaky.py, done right.
 
 - tensors needed in backward go through ctx.save_for_backward, never onto ctx attributes;
-- the neighbour index is saved as int32 (half the memory) and widened in backward;
+- the neighbour index is saved as int32 (half the memory), which gradlint.cuda_ext.scatter_add
+  takes natively;
+- backward accumulates with the deterministic algorithm: the same gradients on every run, on CUDA too;
 - backward returns one gradient per forward input (None for the non-differentiable ones).
 """
 import torch
 from torch import nn
+
+from gradlint.cuda_ext import scatter_add
 
 
 class KNNScatter(torch.autograd.Function):
@@ -25,9 +29,9 @@ class KNNScatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         (knn,) = ctx.saved_tensors
-        n, c = grad_out.shape
+        n = grad_out.shape[0]
         grad_rows = (grad_out / ctx.k).repeat_interleave(ctx.k, dim=0)
-        grad_feat = grad_out.new_zeros(n, c).index_add_(0, knn.reshape(-1).long(), grad_rows)
+        grad_feat = scatter_add(grad_rows, knn.reshape(-1), n, deterministic=True)
         return grad_feat, None, None
 
 

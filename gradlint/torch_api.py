@@ -146,3 +146,52 @@ def is_tensor_op(name: str) -> bool:
         return not name.rsplit(".", 1)[-1].startswith("_")
     parts = name.split(".")
     return len(parts) == 2 and parts[0] == "torch" and parts[1][:1].islower()
+
+# Tensor methods that change a tensor's data in place (its version counter goes up). Left out on
+# purpose: in-place changes of metadata or autograd state only (requires_grad_, detach_,
+# share_memory_, squeeze_, unsqueeze_, t_, transpose_, swapdims_, as_strided_, resize_, set_) and
+# apply_/map_, whose names are too generic to tell a tensor by.
+INPLACE_TENSOR_METHODS = frozenset({
+    "abs_", "absolute_", "acos_", "acosh_", "add_", "addbmm_", "addcdiv_", "addcmul_", "addmm_",
+    "addmv_", "addr_", "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan2_", "arctan_", "arctanh_",
+    "asin_", "asinh_", "atan2_", "atan_", "atanh_", "baddbmm_", "bernoulli_", "bitwise_and_",
+    "bitwise_left_shift_", "bitwise_not_", "bitwise_or_", "bitwise_right_shift_", "bitwise_xor_",
+    "cauchy_", "ceil_", "clamp_", "clamp_max_", "clamp_min_", "clip_", "conj_physical_", "copy_",
+    "copysign_", "cos_", "cosh_", "cumprod_", "cumsum_", "deg2rad_", "digamma_", "div_", "divide_",
+    "eq_", "erf_", "erfc_", "erfinv_", "exp2_", "exp_", "expm1_", "exponential_", "fill_",
+    "fill_diagonal_", "fix_", "float_power_", "floor_", "floor_divide_", "fmod_", "frac_", "gcd_",
+    "ge_", "geometric_", "greater_", "greater_equal_", "gt_", "heaviside_", "hypot_", "i0_", "igamma_",
+    "igammac_", "index_add_", "index_copy_", "index_fill_", "index_put_", "index_reduce_", "lcm_",
+    "ldexp_", "le_", "lerp_", "less_", "less_equal_", "lgamma_", "log10_", "log1p_", "log2_", "log_",
+    "log_normal_", "logical_and_", "logical_not_", "logical_or_", "logical_xor_", "logit_", "lt_",
+    "masked_fill_", "masked_scatter_", "mul_", "multiply_", "mvlgamma_", "nan_to_num_", "ne_", "neg_",
+    "negative_", "nextafter_", "normal_", "not_equal_", "polygamma_", "pow_", "put_", "rad2deg_",
+    "random_", "reciprocal_", "relu_", "remainder_", "renorm_", "round_", "rsqrt_", "scatter_",
+    "scatter_add_", "scatter_reduce_", "sgn_", "sigmoid_", "sign_", "sin_", "sinc_", "sinh_", "sqrt_",
+    "square_", "sub_", "subtract_", "tan_", "tanh_", "tril_", "triu_", "true_divide_", "trunc_",
+    "uniform_", "xlogy_", "zero_",
+})
+# Functions that write their first argument in place; besides these, any torch.nn.functional call
+# with `inplace=True` and any torch.* call with `out=` writes a tensor it is given.
+INPLACE_TORCH_FUNCTIONS = frozenset(
+    {f"torch.{m}" for m in (
+        "abs_", "acos_", "acosh_", "addmv_", "arccos_", "arccosh_", "arcsin_", "arcsinh_", "arctan_",
+        "arctanh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "celu_", "clamp_", "clamp_max_",
+        "clamp_min_", "clip_", "cos_", "cosh_", "deg2rad_", "dropout_", "erf_", "erfc_", "exp2_", "exp_",
+        "expm1_", "fill_", "fix_", "floor_", "frac_", "gcd_", "i0_", "index_put_", "lcm_", "ldexp_",
+        "log10_", "log1p_", "log2_", "log_", "logit_", "nan_to_num_", "neg_", "negative_", "rad2deg_",
+        "reciprocal_", "relu_", "round_", "rrelu_", "rsqrt_", "selu_", "sigmoid_", "sin_", "sinc_",
+        "sinh_", "sqrt_", "square_", "tan_", "tanh_", "threshold_", "trunc_", "xlogy_", "zero_")}
+    | {f"torch.nn.functional.{m}" for m in (
+        "celu_", "elu_", "hardtanh_", "leaky_relu_", "relu_", "rrelu_", "selu_", "threshold_")}
+    | {f"torch.nn.init.{m}" for m in (
+        "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
+        "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_")}
+)
+# Tensor methods whose result always shares the receiver's storage (reshape, contiguous, to and
+# flatten may copy, so what they return is not known to be the receiver's storage).
+ALWAYS_VIEW_METHODS = frozenset({
+    "view", "view_as", "detach", "t", "transpose", "permute", "narrow", "select", "unsqueeze", "squeeze",
+    "unflatten", "diagonal", "movedim", "swapaxes", "swapdims", "as_strided", "unfold",
+})
+SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})

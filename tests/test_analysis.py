@@ -186,5 +186,5 @@ def test_findings_name_their_holder_for_the_runtime_probe():
     assert {(f.code, f.subject) for f in findings} == {
         ("GL301", "KNNScatter"), ("GL101", "KNNScatter.ctx.out"), ("GL101", "KNNScatter.ctx.first_half"),
         ("GL201", "KNNScatter"), ("GL102", "PointEncoder.activations"), ("GL103", "losses"),
-        ("GL104", "total_loss"),
+        ("GL104", "total_loss"), ("GL302", "KNNScatter.backward"),
     }

@@ -33,7 +33,7 @@ class KNNPool64(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         nearest, target = ctx.saved_tensors
-        grad_h = torch.zeros_like(grad_out).index_add_(0, nearest, grad_out.index_select(0, target))
+        grad_h = scatter_add(grad_out.index_select(0, target), nearest, grad_out.shape[0], deterministic=True)
         return grad_h, None
 
 
@@ -50,7 +50,7 @@ class KNNPool32(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         nearest, target = ctx.saved_tensors
-        grad_h = scatter_add(grad_out.index_select(0, target), nearest, grad_out.shape[0])
+        grad_h = scatter_add(grad_out.index_select(0, target), nearest, grad_out.shape[0], deterministic=True)
         return grad_h, None
 
 

@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from gradlint import prechecks
+from gradlint.file_model import AutogradFunction, FileModel, leading_params, returns_in
+from gradlint.findings import Severity
+from gradlint.prescan import child_nodes
+from gradlint.rule import Hit, Invalid, Rule
+
+
+def _nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
+    """Every node of the body, nested functions and lambdas included (a closure may check too)."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child_nodes(node))
+
+
+def _returned(expr: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+    """The values a `return` gives when it is a tuple literal (or a sum of them)."""
+    if isinstance(expr, cst.Tuple):
+        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+            return None
+        return [e.value for e in expr.elements]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left, right = _returned(expr.left), _returned(expr.right)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+class _Backward:
+    """What the check needs to know about one backward body."""
+
+    def __init__(self, backward: cst.FunctionDef):
+        params = [p.name.value for p in backward.params.params][leading_params(backward):]
+        self.ctx = params[0] if params else None
+        self.passthrough = set(params[1:])  # the incoming gradients, returned as they are
+        self.ctx_passed = False  # ctx handed to a helper, which may read needs_input_grad
+        self.none_names: set[str] = set()
+        assigned: dict[str, list[cst.BaseExpression]] = {}
+        for node in _nodes(backward):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        assigned.setdefault(target.target.value, []).append(node.value)
+            elif isinstance(node, cst.Call):
+                self.ctx_passed = self.ctx_passed or any(
+                    isinstance(arg.value, cst.Name) and arg.value.value == self.ctx for arg in node.args)
+        for name, values in assigned.items():
+            if any(_is_none(v) for v in values):
+                self.none_names.add(name)  # `grad_w = None` then computed under some other test
+            elif all(isinstance(v, cst.Name) and v.value in self.passthrough for v in values):
+                self.passthrough.add(name)
+
+    def computed(self, expr: cst.BaseExpression) -> bool:
+        """A gradient backward works for: not None, not an incoming gradient passed through (or negated)."""
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+            expr = expr.expression
+        return not _is_none(expr) and not (isinstance(expr, cst.Name) and expr.value in self.passthrough)
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+class NeedsInputGradUnchecked(Rule):
+    code = "GL303"
+    name = "needs-input-grad-unchecked"
+    severity = Severity.NOTE
+    default_enabled = False
+    summary = "backward computes gradients for 2+ inputs without checking ctx.needs_input_grad"
+    markers = (("autograd", "def backward"), "register_autograd")
+    doc = """
+## What it does
+Flags a custom autograd Function's `backward` (a Function subclass, or a backward given to
+`register_autograd`) that returns a computed gradient for two or more inputs and never reads
+`ctx.needs_input_grad` in any form (`ctx.needs_input_grad[0]`, `gx, gw = ctx.needs_input_grad`,
+`any(ctx.needs_input_grad)`), in backward, forward or setup_context. Reported once, on the `def`.
+
+Not reported: backwards that return at most one computed gradient; incoming gradients returned
+as they are (`return grad, grad`, `return grad, -grad`); gradients set to `None` somewhere in
+backward (computed under a test of their own); backwards that hand `ctx` to a helper, which may
+check; returns that are not a tuple literal. Off by default: enable it with `--select GL303`.
+
+## Why is this bad?
+autograd calls backward whenever any input needs a gradient, and each gradient is computed even
+when its input does not require one (a frozen weight, an index, data). torch then drops it
+silently: measured on torch 2.13, a gradient returned for an input with `requires_grad=False` is
+accepted without error and thrown away, while `ctx.needs_input_grad` reads `False` for exactly
+that input. With frozen weights or fine-tuning, that is a matmul (and its memory) per layer for
+nothing.
+
+## Example
+```python
+@staticmethod
+def backward(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    return grad_out @ weight.t(), x.t() @ grad_out
+```
+
+## Use instead
+```python
+@staticmethod
+def backward(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    grad_x = grad_out @ weight.t() if ctx.needs_input_grad[0] else None
+    grad_w = x.t() @ grad_out if ctx.needs_input_grad[1] else None
+    return grad_x, grad_w
+```
+"""
+    VALID = (
+        """
+import torch
+class Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad
+        return (grad @ weight.t() if need_x else None), (x.t() @ grad if need_w else None)
+class Add(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, -grad
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x * factor
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+""",
+        """
+import torch
+def _linear_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    return grad @ weight.t(), x.t() @ grad
+class Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        ctx.weight_frozen = not weight.requires_grad
+        return x @ weight
+    @staticmethod
+    def backward(ctx, grad):
+        return _linear_backward(ctx, grad)
+class Bilinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y, weight):
+        ctx.save_for_backward(x, y, weight)
+        ctx.weight_frozen = not weight.requires_grad
+        return torch.einsum("bi,ij,bj->b", x, weight, y)
+    @staticmethod
+    def backward(ctx, grad):
+        x, y, weight = ctx.saved_tensors
+        grad_w = None
+        if not ctx.weight_frozen:
+            grad_w = torch.einsum("b,bi,bj->ij", grad, x, y)
+        grad_x = grad[:, None] * (y @ weight.t())
+        grad_y = grad[:, None] * (x @ weight)
+        return grad_x, grad_y, grad_w
+""",
+        """
+import torch
+class Gate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        if not any(ctx.needs_input_grad):
+            return None, None
+        return grad * w, grad * x
+""",
+    )
+    INVALID = (
+        Invalid("""
+import torch
+class LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t() + bias
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_out @ weight
+        grad_w = grad_out.t() @ x
+        return grad_x, grad_w, grad_out.sum(0)
+""", ("def backward(ctx, grad_out):",)),
+        Invalid("""
+import torch
+@torch.library.custom_op("gl::scale_shift", mutates_args=())
+def scale_shift(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return x * scale + shift
+def setup_context(ctx, inputs, output):
+    x, scale, shift = inputs
+    ctx.save_for_backward(x, scale)
+def scale_shift_backward(ctx, grad):
+    x, scale = ctx.saved_tensors
+    if grad.dtype == torch.float16:
+        return (grad * scale).half(), (grad * x).sum(0).half(), grad.sum(0)
+    return grad * scale, (grad * x).sum(0), grad.sum(0)
+scale_shift.register_autograd(scale_shift_backward, setup_context=setup_context)
+""", ("def scale_shift_backward(ctx, grad):",)),
+    )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.has_autograd_function(tree)
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        seen: set[int] = set()
+        for function in model.function_classes:
+            backward = function.backward
+            if backward is None or id(backward) in seen:
+                continue
+            seen.add(id(backward))
+            if self._reads_needs_input_grad(model, function):
+                continue
+            body = _Backward(backward)
+            if body.ctx is None or body.ctx_passed:
+                continue
+            most = 0
+            for statement in returns_in(backward):
+                values = _returned(statement.value)
+                if values is None:
+                    continue
+                if any(isinstance(v, cst.Name) and v.value in body.none_names for v in values):
+                    break  # gradients computed under a test of their own
+                most = max(most, sum(body.computed(v) for v in values))
+            else:
+                if most >= 2:
+                    yield Hit(backward.name, (
+                        f"{function.name}'s backward computes {most} gradients and never reads ctx.needs_input_grad: "
+                        f"every gradient is computed even when autograd will discard it (torch 2.13 accepts a "
+                        f"gradient for an input that does not require grad and drops it silently, measured); check "
+                        f"ctx.needs_input_grad[i] and return None for the inputs that need none"),
+                        subject=f"{function.name}.backward")
+
+    @staticmethod
+    def _reads_needs_input_grad(model: FileModel, function: AutogradFunction) -> bool:
+        # Any mention counts: an index, an unpacking, any(...), or a flag forward stashed on ctx.
+        for method in (function.backward, function.forward, function.setup_context):
+            if method is not None and "needs_input_grad" in model.module.code_for_node(method):
+                return True
+        return False
