@@ -12,10 +12,12 @@ is given that tree's root directory (not thousands of arguments). The copy keeps
 excludes ("site-packages", ".venv", ...) and any config above the corpus from dropping files, so all
 tools see the same files.
 
-Commands (uncached, no fixes, exit status ignored; each run is timed from process start to exit):
-    gradlint check --exit-zero --quiet --jobs J DIR
-    ruff check --isolated --select ALL --no-cache --exit-zero --quiet DIR
-    flake8 --isolated --select TOR --exit-zero DIR     (TorchFix as a flake8 plugin; or its own CLI)
+Commands (no fixes, exit status ignored; each run is timed from process start to exit):
+    gradlint check --exit-zero --quiet --jobs J --no-cache DIR                      (cold)
+    GRADLINT_CACHE_DIR=TMP gradlint check --exit-zero --quiet --jobs J DIR          (cached: after one warming run)
+    ruff check --isolated --select ALL --no-cache --exit-zero --quiet DIR           (cold)
+    ruff check --isolated --select ALL --cache-dir TMP --exit-zero --quiet DIR      (cached: after one warming run)
+    flake8 --isolated --select TOR --exit-zero DIR     (TorchFix as a flake8 plugin; or its own CLI; no cache)
 TorchFix takes about 0.2-0.5 s a file: --torchfix-limit N runs it on N files spread evenly over the
 sorted corpus and extrapolates its per-file rate to the whole corpus; that row is labelled so.
 The time reported is the median of --repeat runs.
@@ -128,9 +130,9 @@ def torchfix_cmd(opt: str | None, mode: str) -> list[str] | None:
     return cmd
 
 
-def time_once(cmd: list[str], cwd: Path) -> tuple[float | None, str]:
+def time_once(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float | None, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=env)
     took = time.perf_counter() - start
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -138,10 +140,16 @@ def time_once(cmd: list[str], cwd: Path) -> tuple[float | None, str]:
     return took, ""
 
 
-def measure(tool: str, cmd: list[str], cwd: Path, files: int, repeat: int, verbose: bool) -> Result:
+def measure(tool: str, cmd: list[str], cwd: Path, files: int, repeat: int, verbose: bool,
+            env: dict | None = None, warm: bool = False) -> Result:
+    """With `warm`, one untimed run first fills the tool's cache."""
+    if warm:
+        took, err = time_once(cmd, cwd, env)
+        if took is None:
+            return Result(tool, files, None, note=err)
     times = []
     for i in range(repeat):
-        took, err = time_once(cmd, cwd)
+        took, err = time_once(cmd, cwd, env)
         if verbose:
             print(f"  {tool} run {i + 1}/{repeat}: " + (f"{took:.2f} s" if took is not None else err), file=sys.stderr)
         if took is None:
@@ -163,7 +171,7 @@ def fmt(x: float | None, spec: str) -> str:
 
 
 def print_table(results: list[Result], gl: Result | None) -> None:
-    header = ("tool", "files", "seconds", "files/s", "gradlint speed / tool speed")
+    header = ("tool", "files", "seconds", "files/s", "gradlint cold speed / tool speed")
     rows = []
     for r in results:
         ratio = None
@@ -224,20 +232,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpus: {os.cpu_count()}; repeat: {args.repeat}; python: {sys.version.split()[0]}")
 
         results: list[Result] = []
-        cmd = gl_cmd + ["check", "--exit-zero", "--quiet", "--jobs", str(args.jobs), str(target)]
-        print("gradlint:", " ".join(cmd), flush=True)
-        gl = measure("gradlint", cmd, tmpdir, len(rel_files), args.repeat, args.verbose)
+        cmd = gl_cmd + ["check", "--exit-zero", "--quiet", "--jobs", str(args.jobs)]
+        print("gradlint:", " ".join(cmd + ["--no-cache", str(target)]), flush=True)
+        gl = measure("gradlint cold (--no-cache)", cmd + ["--no-cache", str(target)], tmpdir, len(rel_files),
+                     args.repeat, args.verbose)
         results.append(gl)
+        cache_env = {**os.environ, "GRADLINT_CACHE_DIR": str(tmpdir / "gradlint-cache")}
+        results.append(measure("gradlint cached", cmd + [str(target)], tmpdir, len(rel_files), args.repeat,
+                               args.verbose, env=cache_env, warm=True))
 
         if rf_cmd:
             version = subprocess.run(rf_cmd + ["--version"], capture_output=True, text=True, check=False).stdout.strip()
             cmd = rf_cmd + ["check", "--isolated", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", str(target)]
             print(f"ruff ({version}):", " ".join(cmd), flush=True)
-            r = measure("ruff --select ALL", cmd, tmpdir, len(rel_files), args.repeat, args.verbose)
+            r = measure("ruff --select ALL cold", cmd, tmpdir, len(rel_files), args.repeat, args.verbose)
             seen = ruff_file_count(rf_cmd, target, tmpdir)
             if seen is not None and seen != len(rel_files):
                 r.note = (r.note + "; " if r.note else "") + f"ruff itself lists {seen} files"
             results.append(r)
+            cached = [c if c != "--no-cache" else f"--cache-dir={tmpdir / 'ruff-cache'}" for c in cmd]
+            results.append(measure("ruff --select ALL cached", cached, tmpdir, len(rel_files), args.repeat,
+                                   args.verbose, warm=True))
         else:
             print("ruff: not found, skipped")
 
@@ -279,7 +294,13 @@ def main(argv: list[str] | None = None) -> int:
             if r is gl or not r.rate:
                 continue
             ratio = gl.rate / r.rate
-            if r.tool.startswith("ruff"):
+            if r.tool.startswith("gradlint cached"):
+                print(f"cache: a warm run takes {r.seconds / gl.seconds:.3f} of a cold one "
+                      f"({gl.seconds / r.seconds:.1f}x faster)")
+            elif r.tool == "ruff --select ALL cached":
+                print(f"cached: gradlint cached at {r.rate and next(x for x in results if x.tool == 'gradlint cached').rate / r.rate:.2f}x "
+                      "ruff cached's speed")
+            elif r.tool.startswith("ruff"):
                 verdict = "meets" if ratio >= 0.5 else "misses"
                 print(f"target 'within 2x of ruff uncached': gradlint at {ratio:.2f}x ruff's speed -> {verdict}")
             elif r.tool.startswith("TorchFix") and (r.extrapolated or not args.torchfix_limit or r.files == len(rel_files)):

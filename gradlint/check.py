@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from gradlint.cache import ResultCache
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import Discovery
-from gradlint.engine import RuleSet, lint_bytes, lint_files
-from gradlint.findings import Finding
+from gradlint.engine import RuleSet, fix_source, lint_bytes, lint_files
+from gradlint.findings import FileResult, Finding
 from gradlint.registry import all_rules
+from gradlint.source import Unreadable, decode_source, text_digest
+from gradlint.writeback import NotWritten, write_fixed
 
 
 @dataclass
@@ -24,13 +27,42 @@ class CheckRequest:
     config_file: Path | None = None
     isolated: bool = False
     stdin: BinaryIO | None = None
+    fix: bool = False  # write the fixes
+    diff: bool = False  # compute the fixes, write nothing
+    unsafe_fixes: bool = False
+    no_cache: bool = False
+
+    @property
+    def fix_mode(self) -> str | None:
+        if not (self.fix or self.diff):
+            return None
+        return "unsafe" if self.unsafe_fixes else "safe"
+
+
+@dataclass
+class Change:
+    """A file the fixes changed (or, with --diff, would change)."""
+
+    path: str
+    before: str
+    after: str
+    fixes: int
 
 
 @dataclass
 class CheckOutcome:
-    findings: list[Finding]
+    findings: list[Finding]  # with --fix/--diff: those the fixes leave
     files_checked: int
     internal_errors: list[tuple[str, str]]
+    changes: list[Change] = field(default_factory=list)
+    not_written: list[tuple[str, str]] = field(default_factory=list)
+    stdin_data: bytes = b""  # what was read from `-`
+    warnings: list[str] = field(default_factory=list)
+    files_cached: int = 0  # answered by the result cache
+
+    @property
+    def fixed(self) -> int:
+        return sum(change.fixes for change in self.changes)
 
 
 def resolve_settings(request: CheckRequest) -> Settings:
@@ -64,20 +96,64 @@ def run_check(request: CheckRequest) -> CheckOutcome:
         if request.stdin_filename and discovery.excluded(Path(name), False):
             return CheckOutcome([], 0, [])
         ignored = settings.ignored_for(discovery.relative(Path(name)), codes)
-        result = lint_bytes(request.stdin.read(), name, ruleset.without(ignored), settings.max_file_size)
+        data = request.stdin.read()
+        rules = ruleset.without(ignored)
+        source = decode_source(data, settings.max_file_size)
+        if request.fix_mode is None or isinstance(source, Unreadable):
+            result = lint_bytes(data, name, rules, settings.max_file_size)
+        else:
+            result = fix_source(source, name, rules, unsafe=request.fix_mode == "unsafe")
         errors = [(name, result.internal_error)] if result.internal_error else []
-        return CheckOutcome(result.findings, 1, errors)
+        changes = [Change(name, source, result.fixed_source, result.fixes_applied)] \
+            if result.fixed_source is not None else []
+        return CheckOutcome(result.findings, 1, errors, changes, stdin_data=data)
 
     missing = [p for p in request.paths if not p.exists() and not p.is_symlink()]
     if missing:
         raise ConfigError(f"path does not exist: {missing[0]}")
     jobs = [(str(path), settings.ignored_for(discovery.relative(path), codes))
             for path in discovery.files(request.paths)]
-    findings: list[Finding] = []
-    errors: list[tuple[str, str]] = []
-    for result in lint_files(jobs, ruleset, settings.max_file_size, request.jobs):
-        findings.extend(result.findings)
+    outcome = CheckOutcome([], len(jobs), [])
+    cache = None
+    if not request.no_cache and request.fix_mode is None:
+        cache = ResultCache(settings.resolved_cache_dir(), ResultCache.build_key())
+        if cache.disabled_reason is not None:
+            outcome.warnings.append(cache.disabled_reason)
+            cache = None
+    for result in lint_files(jobs, ruleset, settings.max_file_size, request.jobs, request.fix_mode, cache):
+        outcome.files_cached += result.cached
+        if result.fixed_source is not None and not _take_change(result, request, outcome):
+            outcome.findings.extend(result.unfixed_findings)
+        else:
+            outcome.findings.extend(result.findings)
         if result.internal_error:
-            errors.append((result.path, result.internal_error))
-    findings.sort()
-    return CheckOutcome(findings, len(jobs), errors)
+            outcome.internal_errors.append((result.path, result.internal_error))
+    outcome.findings.sort()
+    return outcome
+
+
+def _take_change(result: FileResult, request: CheckRequest, outcome: CheckOutcome) -> bool:
+    """Write (or, for --diff, only record) one file's fixes. False when the file could not be
+    written: nothing was fixed there, so its findings are those from before the fixes."""
+    before = _current_text(result.path, result.source_digest)
+    try:
+        if before is None:
+            raise NotWritten("it changed while gradlint was checking it; run again")
+        if request.fix and not request.diff:
+            write_fixed(result.path, result.fixed_source, result.source_digest)
+    except NotWritten as error:
+        outcome.not_written.append((result.path, str(error)))
+        return False
+    outcome.changes.append(Change(result.path, before, result.fixed_source, result.fixes_applied))
+    return True
+
+
+def _current_text(path: str, digest: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            text = decode_source(handle.read(), max_bytes=1 << 62)
+    except OSError:
+        return None
+    if isinstance(text, Unreadable) or text_digest(text) != digest:
+        return None
+    return text

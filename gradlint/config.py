@@ -43,6 +43,13 @@ class Settings:
     severity: dict[str, Severity] = field(default_factory=dict)
     respect_gitignore: bool = True
     max_file_size: int = DEFAULT_MAX_BYTES
+    cache_dir: Path | None = None  # None: GRADLINT_CACHE_DIR, else .gradlint_cache beside the config
+
+    def resolved_cache_dir(self) -> Path:
+        if self.cache_dir is not None:
+            return self.cache_dir
+        from_env = os.environ.get("GRADLINT_CACHE_DIR")
+        return Path(from_env) if from_env else self.root / ".gradlint_cache"
 
     def enabled_codes(self, all_codes: Sequence[str], default_codes: Sequence[str]) -> frozenset[str]:
         chosen = set(_expand(self.select, all_codes) if self.select is not None else default_codes)
@@ -95,7 +102,7 @@ def find_config(start: Path) -> Path | None:
 
 
 _KEYS = {"select", "extend-select", "ignore", "exclude", "extend-exclude", "per-file-ignores",
-         "severity", "respect-gitignore", "max-file-size"}
+         "severity", "respect-gitignore", "max-file-size", "cache-dir"}
 
 
 def load_settings(config_file: Path | None, root: Path | None = None) -> Settings:
@@ -122,6 +129,10 @@ def load_settings(config_file: Path | None, root: Path | None = None) -> Setting
         settings.severity = {str(k).upper(): Severity.parse(str(v)) for k, v in dict(table.get("severity", {})).items()}
         settings.respect_gitignore = bool(table.get("respect-gitignore", True))
         settings.max_file_size = int(table.get("max-file-size", DEFAULT_MAX_BYTES))
+        if "cache-dir" in table:
+            if not isinstance(table["cache-dir"], str):
+                raise TypeError("cache-dir must be a string")
+            settings.cache_dir = settings.root / table["cache-dir"]
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{config_file}: [tool.gradlint]: {error}") from None
     return settings

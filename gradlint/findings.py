@@ -75,4 +75,9 @@ class FileResult:
     path: str
     findings: list[Finding] = field(default_factory=list)
     analyzed: bool = False  # parsed and run through the rules (False: skipped by the text pre-filter)
+    cached: bool = False  # findings read from the result cache
     internal_error: str | None = None  # a crash inside gradlint itself while checking this file
+    fixed_source: str | None = None  # with --fix/--diff: the file's text after the fixes, when they changed it
+    fixes_applied: int = 0
+    unfixed_findings: list[Finding] = field(default_factory=list)  # reported when the fixes cannot be written
+    source_digest: str = ""  # of the text the fixes were made to, to notice a file changed meanwhile

@@ -6,11 +6,26 @@ import json
 from collections import Counter
 from typing import Sequence
 
-from gradlint.findings import Finding, Severity
+from gradlint.findings import Applicability, Finding, Severity
+from gradlint.fixes import applicable
+from gradlint.sarif import sarif
 
 
-def text(findings: Sequence[Finding]) -> str:
-    return "".join(f"{f.path}:{f.line}:{f.column}: {f.code} {f.message}\n" for f in findings)
+def text(findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
+    """ruff's `[*]` marks a finding `--fix` would fix (with --unsafe-fixes: unsafe ones too)."""
+    return "".join(f"{f.path}:{f.line}:{f.column}: {f.code}{' [*]' if applicable(f, unsafe_fixes) else ''} "
+                   f"{f.message}\n" for f in findings)
+
+
+def _fix_record(finding: Finding) -> dict | None:
+    if finding.fix is None:
+        return None
+    return {
+        "applicability": finding.fix.applicability.value,
+        "message": finding.fix.message,
+        "edits": [{"content": e.content, "location": {"row": e.line, "column": e.column},
+                   "end_location": {"row": e.end_line, "column": e.end_column}} for e in finding.fix.edits],
+    }
 
 
 def as_json(findings: Sequence[Finding]) -> str:
@@ -25,7 +40,7 @@ def as_json(findings: Sequence[Finding]) -> str:
             "location": {"row": f.line, "column": f.column},
             "end_location": {"row": f.end_line or f.line, "column": f.end_column or f.column},
             "url": f.url,
-            "fix": None,
+            "fix": _fix_record(f),
             "noqa_row": f.line,
         }
         for f in findings
@@ -57,7 +72,7 @@ def github(findings: Sequence[Finding]) -> str:
     return "".join(lines)
 
 
-FORMATS = {"text": text, "json": as_json, "github": github}
+FORMATS = {"text": text, "json": as_json, "github": github, "sarif": sarif}
 
 
 def statistics(findings: Sequence[Finding]) -> str:
@@ -66,11 +81,40 @@ def statistics(findings: Sequence[Finding]) -> str:
     return "".join(f"{n:>{width}}\t{code}\t{name}\n" for (code, name), n in sorted(counts.items()))
 
 
-def summary(findings: Sequence[Finding], files_checked: int) -> str:
+def render(output_format: str, findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
+    if output_format == "text":
+        return text(findings, unsafe_fixes)
+    return FORMATS[output_format](findings)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def summary(findings: Sequence[Finding], files_checked: int, fixed: int = 0, files_fixed: int = 0,
+            unsafe_fixes: bool = False) -> str:
+    head = f"Fixed {_plural(fixed, 'finding')} in {_plural(files_fixed, 'file')}.\n" if fixed else ""
     if not findings:
         if files_checked == 0:
-            return "No Python files to check.\n"
-        return f"All checks passed! ({files_checked} file{'s' if files_checked != 1 else ''} checked)\n"
+            return head + "No Python files to check.\n"
+        return head + f"All checks passed! ({files_checked} file{'s' if files_checked != 1 else ''} checked)\n"
+    return head + _findings_summary(findings, files_checked) + _fixable_hint(findings, unsafe_fixes)
+
+
+def _fixable_hint(findings: Sequence[Finding], unsafe_fixes: bool) -> str:
+    """ruff's hint, so users learn that --fix exists exactly when it would do something."""
+    ready = sum(applicable(f, unsafe_fixes) for f in findings)
+    hidden = sum(f.fix is not None and f.fix.applicability is Applicability.UNSAFE for f in findings) \
+        if not unsafe_fixes else 0
+    if not ready and not hidden:
+        return ""
+    if not ready:
+        return f"No fixes available ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with --unsafe-fixes).\n"
+    more = f" ({hidden} more with --unsafe-fixes)" if hidden else ""
+    return f"[*] {ready} fixable with --fix{' --unsafe-fixes' if unsafe_fixes else ''}{more}.\n"
+
+
+def _findings_summary(findings: Sequence[Finding], files_checked: int) -> str:
     by_severity = Counter(f.severity for f in findings)
     parts = ", ".join(f"{by_severity[s]} {s.value}{'s' if by_severity[s] != 1 else ''}"
                       for s in Severity if by_severity[s])

@@ -9,10 +9,46 @@ from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import libcst as cst
 
-from gradlint.findings import Severity
+from gradlint.findings import Applicability, Severity
 
 if TYPE_CHECKING:
     from gradlint.file_model import FileModel
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Put `text` where `node` is."""
+
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class InsertLineAbove:
+    """A new line above the line `node` starts on, indented as that line is."""
+
+    node: cst.CSTNode
+    text: str
+
+
+@dataclass(frozen=True)
+class DeleteLines:
+    """Remove the lines `node` spans; only when nothing but whitespace or a comment shares them."""
+
+    node: cst.CSTNode
+
+
+Change = Replace | InsertLineAbove | DeleteLines
+
+
+@dataclass(frozen=True)
+class FixPlan:
+    """A fix in terms of syntax nodes; the engine turns it into text edits once positions are known.
+    `text` uses "\n" for line breaks: the engine writes the file's own newline."""
+
+    message: str
+    applicability: Applicability
+    changes: tuple[Change, ...]
 
 
 @dataclass(frozen=True)
@@ -26,6 +62,7 @@ class Hit:
     # What holds the value, named as a user would: `ScatterSum.ctx.out`, `Encoder.activations`,
     # `HISTORY`. The runtime probe joins its measured holders to findings through it.
     subject: str = ""
+    fix: FixPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +71,8 @@ class Invalid:
 
     source: str
     flagged: tuple[str, ...]
+    # The source after `--fix --unsafe-fixes`, for a rule with fixes: the test suite applies them.
+    fixed: str | None = None
 
 
 class Rule:
@@ -47,6 +86,9 @@ class Rule:
     # parsed by libcst (most of torch's own files have none).
     markers: ClassVar[tuple[str | tuple[str, ...], ...]]
     default_enabled: ClassVar[bool] = True
+    # "" (no fix), "safe", "unsafe", or "safe or unsafe" (by case): what `gradlint rules` shows; the
+    # doc's "## Fix safety" section says which case is which.
+    fix_safety: ClassVar[str] = ""
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -17,6 +18,13 @@ class Unreadable:
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unreadable:
+    data = read_bytes(path, max_bytes)
+    if isinstance(data, Unreadable):
+        return data
+    return decode_source(data, max_bytes)
+
+
+def read_bytes(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | Unreadable:
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
@@ -30,7 +38,7 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unreadab
         if error.errno == errno.ELOOP:
             return Unreadable("symlink loop")
         return Unreadable(f"cannot read: {error.strerror or error}")
-    return decode_source(data, max_bytes)
+    return data
 
 
 def decode_source(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unreadable:
@@ -46,3 +54,7 @@ def decode_source(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unre
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         return Unreadable(f"not valid UTF-8 (byte 0x{data[error.start]:02x} on line {line})")
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

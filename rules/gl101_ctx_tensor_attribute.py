@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import keyword
 from typing import Iterator
 
+import libcst as cst
+
 from gradlint import prechecks
-from gradlint.file_model import FileModel
-from gradlint.findings import Severity
-from gradlint.flow import AttributeStore, Walk
-from gradlint.rule import Hit, Invalid, Rule
+from gradlint.file_model import AutogradFunction, FileModel, leading_params
+from gradlint.findings import Applicability, Severity
+from gradlint.flow import AttributeStore, SavedForBackward, Walk
+from gradlint.prescan import child_nodes
+from gradlint.rewrites import code, first_statement, statement_in_body
+from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 from gradlint.values import Kind, Val
 
 
@@ -35,6 +40,7 @@ class CtxTensorAttribute(Rule):
     severity = Severity.ERROR
     summary = "a tensor kept as a ctx attribute instead of ctx.save_for_backward"
     markers = (("autograd", "def forward"), "register_autograd")
+    fix_safety = "safe"
     doc = """
 ## What it does
 Flags a tensor stored as an attribute of `ctx` in an autograd Function's `forward` or
@@ -76,6 +82,14 @@ class ScatterSum(torch.autograd.Function):
         ctx.dim_size = dim_size
         return out
 ```
+
+## Fix safety
+Safe: the attribute's value goes into `ctx.save_for_backward(...)` (joining an existing call)
+and its reads in backward become a name unpacked from `ctx.saved_tensors`. An in-place change of
+the tensor between forward and backward then raises instead of giving wrong gradients: that is
+the point. Offered only when every use can be rewritten: the store is a plain statement of
+forward (or setup_context), the attribute is read nowhere but backward and named in no string,
+and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
         """
@@ -178,6 +192,88 @@ def bwd(ctx, g):
     return g * 2
 sq.register_autograd(bwd, setup_context=setup)
 """, ("ctx.out = output",)),
+        Invalid('''
+import torch
+class Exp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.out = out  # kept for backward
+        ctx.x = x
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        """d/dx exp(x) = exp(x)"""
+        return grad * ctx.out + 0 * ctx.x
+''', ("ctx.out = out", "ctx.x = x"), fixed='''
+import torch
+class Exp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.save_for_backward(out, x)  # kept for backward
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        """d/dx exp(x) = exp(x)"""
+        out, x = ctx.saved_tensors
+        return grad * out + 0 * x
+'''),
+        Invalid("""
+import torch
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index):
+        ctx.save_for_backward(index)
+        out = src.index_select(0, index)
+        ctx.src = src
+        ctx.n = src.shape[0]
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        src = ctx.src
+        return grad.new_zeros(ctx.n, *grad.shape[1:]).index_add_(0, index, grad), None
+""", ("ctx.src = src",), fixed="""
+import torch
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index):
+        ctx.save_for_backward(index, src)
+        out = src.index_select(0, index)
+        ctx.n = src.shape[0]
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        (index, src_saved) = ctx.saved_tensors
+        src = src_saved
+        return grad.new_zeros(ctx.n, *grad.shape[1:]).index_add_(0, index, grad), None
+"""),
+        Invalid("""
+import torch
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return x.pow(3)
+    @staticmethod
+    def backward(ctx, grad):
+        if not hasattr(ctx, "x"):
+            return None
+        return 3 * grad * ctx.x ** 2
+""", ("ctx.x = x",), fixed="""
+import torch
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return x.pow(3)
+    @staticmethod
+    def backward(ctx, grad):
+        if not hasattr(ctx, "x"):
+            return None
+        return 3 * grad * ctx.x ** 2
+"""),
     )
 
     def precheck(self, tree) -> bool:
@@ -191,6 +287,7 @@ sq.register_autograd(bwd, setup_context=setup)
                 kind = stored_kind(walk, store.value)
                 if kind is None:
                     continue
+                fix = _save_instead(function, walk, store) if kind != "container" else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 subject = f"{function.name}.ctx.{store.attribute}"
                 if kind == "view":
@@ -198,16 +295,175 @@ sq.register_autograd(bwd, setup_context=setup)
                         f"{attr} holds a view of {function.name}'s own output: a reference cycle "
                         "(output -> grad_fn -> ctx -> view -> output) that the cyclic collector never frees, "
                         "a permanent leak every call (measured, torch 2.13); save the output with "
-                        "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR, subject)
+                        "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR, subject, fix)
                 elif kind in ("output", "container"):
                     what = "its own output" if kind == "output" else "a container holding its own output"
                     yield Hit(store.node, (
                         f"{attr} holds {what}: a reference cycle (output -> grad_fn -> ctx -> output) "
                         "that only Python's cyclic collector frees, so outputs pile up between collections "
                         "(median 42 steps in a training loop, measured); use ctx.save_for_backward(...)"),
-                        Severity.ERROR, subject)
+                        Severity.ERROR, subject, fix)
                 else:
                     yield Hit(store.node, (
                         f"{attr} holds a tensor outside ctx.save_for_backward: autograd's version-counter "
                         "check is skipped (an in-place change gives silently wrong gradients) and the tensor "
-                        "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject)
+                        "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
+
+
+# ----- the fix ------------------------------------------------------------------------------
+# `ctx.out = out` in forward and `ctx.out` in backward become `ctx.save_for_backward(out)` and
+# `out, = ctx.saved_tensors`; a second attribute joins the existing call and unpacking in the next
+# round of fixes. Offered only where every use of the attribute can be seen and rewritten.
+
+_ASSIGNING = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.NamedExpr, cst.Del,
+              cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef)
+
+
+def _nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in child_nodes(node):
+        yield from _nodes(child)
+
+
+def _names_used(node: cst.CSTNode) -> set[str]:
+    """Variable names (not attribute names: `ctx.out` uses `ctx`, not `out`)."""
+    attributes = {id(n.attr) for n in _nodes(node) if isinstance(n, cst.Attribute)}
+    return {n.value for n in _nodes(node) if isinstance(n, cst.Name) and id(n) not in attributes}
+
+
+def _binds(node: cst.CSTNode, name: str) -> bool:
+    """Whether any statement inside `node` may rebind `name` (conservative: any binding form that
+    mentions the name counts)."""
+    return any(isinstance(n, _ASSIGNING) and name in _names_used(n) and not _only_reads(n, name)
+               for n in _nodes(node))
+
+
+def _only_reads(node: cst.CSTNode, name: str) -> bool:
+    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        return not any(name in _names_used(t) and not isinstance(t, (cst.Attribute, cst.Subscript)) for t in targets)
+    if isinstance(node, cst.For):
+        return name not in _names_used(node.target)
+    if isinstance(node, cst.With):
+        return not any(item.asname is not None and name in _names_used(item.asname) for item in node.items)
+    return False
+
+
+def _ctx_attributes(node: cst.CSTNode, attribute: str) -> list[cst.Attribute]:
+    return [n for n in _nodes(node) if isinstance(n, cst.Attribute) and n.attr.value == attribute]
+
+
+def _mentions_string(node: cst.CSTNode, text: str) -> bool:
+    return any(isinstance(n, cst.SimpleString) and n.evaluated_value == text for n in _nodes(node))
+
+
+def _saved_tensors_unpacking(backward: cst.FunctionDef, ctx: str) -> tuple[cst.Assign, list[str]] | None:
+    """`a, b = ctx.saved_tensors` directly in backward's body, with plain names."""
+    for statement in backward.body.body:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        assign = statement.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and code(assign.value).strip() == f"{ctx}.saved_tensors":
+            target = assign.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)) and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name)
+                                                                   for e in target.elements):
+                return assign, [e.value.value for e in target.elements]
+            return None
+    return None
+
+
+def _first_param(function: cst.FunctionDef) -> str | None:
+    params = function.params.params[leading_params(function):]
+    return params[0].name.value if params else None
+
+
+def _save_instead(function: AutogradFunction, walk: Walk, store: AttributeStore) -> FixPlan | None:
+    saver = walk.function
+    backward = function.backward
+    assign = store.where.node
+    if not (isinstance(function.node, cst.ClassDef) and isinstance(saver, cst.FunctionDef) and backward is not None
+            and isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.targets[0].target is store.target
+            and isinstance(store.target, cst.Attribute) and isinstance(backward.body, cst.IndentedBlock)):
+        return None
+    line = statement_in_body(saver.body, assign)
+    backward_ctx = _first_param(backward)
+    if line is None or backward_ctx is None:
+        return None
+    attribute, ctx = store.attribute, store.owner_name
+    # Every other mention of the attribute must be a plain read in backward.
+    reads = [a for a in _ctx_attributes(backward, attribute) if code(a.value).strip() == backward_ctx]
+    others = [a for a in _ctx_attributes(function.node, attribute) if a is not store.target and a not in reads]
+    if others or _mentions_string(function.node, attribute) or any(_binds_attribute(backward, a) for a in reads):
+        return None
+    local = next((n for n in (attribute, f"{attribute}_saved") if n.isidentifier() and not keyword.iskeyword(n)
+                  and n not in _names_used(backward)), None)
+    if local is None:
+        return None
+    calls = [e for e in walk.of(SavedForBackward)]
+    mentions = [a for a in _ctx_attributes(function.node, "saved_tensors")]
+    changes: list = [Replace(a, local) for a in reads]
+    if not calls:
+        if mentions:
+            return None
+        changes.append(Replace(assign, f"{ctx}.save_for_backward({code(assign.value).strip()})"))
+        first = first_statement(backward)
+        if first is None:
+            return None
+        changes.append(InsertLineAbove(first, f"{local}, = {backward_ctx}.saved_tensors"))
+    else:
+        merged = _merge(saver, line, assign, calls, backward, backward_ctx, local, mentions)
+        if merged is None:
+            return None
+        changes.extend(merged)
+    return FixPlan(f"Save with {ctx}.save_for_backward(...)", Applicability.SAFE, tuple(changes))
+
+
+def _binds_attribute(backward: cst.FunctionDef, attribute: cst.Attribute) -> bool:
+    """`ctx.x = ...`, `ctx.x += ...`, `del ctx.x` in backward: not a read to rewrite."""
+    for node in _nodes(backward):
+        if isinstance(node, cst.Assign) and any(t.target is attribute for t in node.targets):
+            return True
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.target is attribute:
+            return True
+        if isinstance(node, cst.Del) and attribute in set(_nodes(node.target)):
+            return True
+    return False
+
+
+def _merge(saver, line, assign, calls, backward, backward_ctx, local, mentions) -> list | None:
+    """Join an existing `ctx.save_for_backward(a, b)` and `a, b = ctx.saved_tensors`: only when
+    there is one of each, side by side in the two bodies, and the value is a name whose binding at
+    the call is the one stored."""
+    if len(calls) != 1 or not isinstance(assign.value, cst.Name):
+        return None
+    call = calls[0].where.node
+    unpacking = _saved_tensors_unpacking(backward, backward_ctx)
+    if unpacking is None or len(mentions) != 1 or not isinstance(call, cst.Call):
+        return None
+    unpack_assign, names = unpacking
+    if len(names) != len(call.args) or any(a.keyword is not None or a.star for a in call.args):
+        return None
+    call_line = next((s for s in saver.body.body if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                      and isinstance(s.body[0], cst.Expr) and s.body[0].value is call), None)
+    if call_line is None:
+        return None
+    body = list(saver.body.body)
+    at_store, at_call = body.index(line), body.index(call_line)
+    name = assign.value.value
+    between = body[min(at_store, at_call) + 1:max(at_store, at_call)]
+    if any(_binds(s, name) for s in between):
+        return None
+    if at_call < at_store:  # the call must already see this binding of the name
+        params = {p.name.value for p in saver.params.params}
+        if name not in params and not any(_binds(s, name) for s in body[:at_call]):
+            return None
+    arguments = [code(a.value).strip() for a in call.args] + [name]
+    target = unpack_assign.targets[0].target
+    new_target = ", ".join([*names, local])
+    if isinstance(target, cst.List):  # a tuple's position excludes its parentheses, a list's includes its brackets
+        new_target = f"[{new_target}]"
+    return [
+        Replace(call, f"{code(call.func).strip()}({', '.join(arguments)})"),
+        DeleteLines(line),
+        Replace(target, new_target),
+    ]

@@ -3,10 +3,13 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint.file_model import FileModel
-from gradlint.findings import Severity
+import libcst as cst
+
+from gradlint.findings import Applicability, Severity
 from gradlint.flow import ContainerAdd
 from gradlint.lifetimes import holder_name, outlives_step
-from gradlint.rule import Hit, Invalid, Rule
+from gradlint.rewrites import kept_value
+from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
 _VERBS = {"append": "appended to", "appendleft": "appended to", "extend": "added to", "+=": "added to",
@@ -22,6 +25,7 @@ class GraphAppend(Rule):
     # driven by a framework: Lightning's training_step), and somewhere to keep it.
     markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
                *((op, call) for op in ("append(", "insert(", "extend(", "] =") for call in ("model(", "net(", "criterion(", "loss_fn(")))
+    fix_safety = "unsafe"
     doc = """
 ## What it does
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
@@ -60,6 +64,12 @@ for x, y in loader:
     optimizer.step()
     losses.append(loss.item())
 ```
+
+## Fix safety
+Unsafe: the value is stored as `.item()` when it reads as a scalar (a loss, a total: a Python
+float afterwards) and as `.detach()` otherwise (a tensor without a graph), so code that later
+expects a tensor, or calls backward through what it kept, changes. Offered for `append`,
+`insert` and `container[key] = value`.
 """
     VALID = (
         """
@@ -97,7 +107,14 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
     losses.append(loss)
-""", ("losses.append(loss)",)),
+""", ("losses.append(loss)",), fixed="""
+losses = []
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.item())
+"""),
         Invalid("""
 import torch.nn.functional as F
 HISTORY = []
@@ -114,7 +131,12 @@ class Trainer:
     def step(self, batch):
         out = self.model(batch)
         self.outputs.append(out)
-""", ("self.outputs.append(out)",)),
+""", ("self.outputs.append(out)",), fixed="""
+class Trainer:
+    def step(self, batch):
+        out = self.model(batch)
+        self.outputs.append(out.detach())
+"""),
     )
 
     def check(self, model: FileModel) -> Iterator[Hit]:
@@ -134,10 +156,26 @@ class Trainer:
                     yield Hit(event.where.node, (
                         f"a graph-attached tensor is stored into {event.container_name} ({why}): it keeps "
                         "this step's autograd graph (and its activations when backward is not run) alive "
-                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject)
+                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject,
+                        _keep_detached(event))
                     continue
                 verb = _VERBS.get(event.method, "added to")
                 yield Hit(event.where.node, (
                     f"a graph-attached tensor is {verb} {event.container_name} ({why}): it keeps every "
                     "step's autograd graph alive, and all its activations when backward is not run; "
-                    "store .item() or .detach() instead"), subject=subject)
+                    "store .item() or .detach() instead"), subject=subject, fix=_keep_detached(event))
+
+
+def _keep_detached(event: ContainerAdd) -> FixPlan | None:
+    """Unsafe: the container then holds floats (`.item()`) or tensors without a graph (`.detach()`),
+    and code that later calls backward() through them, or expects tensors, changes."""
+    node = event.where.node
+    if isinstance(node, cst.Call) and event.method in ("append", "appendleft", "insert") and node.args \
+            and node.args[-1].keyword is None and not node.args[-1].star:
+        value = node.args[-1].value
+    elif isinstance(node, cst.Assign) and event.method == "setitem":
+        value = node.value
+    else:
+        return None
+    text, method = kept_value(value, event.container_name or "")
+    return FixPlan(f"Store .{method}()", Applicability.UNSAFE, (Replace(value, text),))

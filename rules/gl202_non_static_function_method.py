@@ -6,9 +6,9 @@ import libcst as cst
 
 from gradlint import prechecks
 from gradlint.file_model import FileModel
-from gradlint.findings import Severity
+from gradlint.findings import Applicability, Severity
 from gradlint.names import dotted
-from gradlint.rule import Hit, Invalid, Rule
+from gradlint.rule import FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 
 _STATIC_METHODS = ("forward", "backward", "setup_context", "jvp", "vmap")
 _LEGACY_ERROR = ("RuntimeError: Legacy autograd function with non-static forward method is deprecated. "
@@ -21,6 +21,7 @@ class NonStaticFunctionMethod(Rule):
     severity = Severity.ERROR
     summary = "an autograd Function method without @staticmethod, or a Function instantiated"
     markers = (("autograd", "def forward"),)
+    fix_safety = "safe or unsafe"
     doc = f"""
 ## What it does
 Flags `forward`, `backward`, `setup_context`, `jvp` or `vmap` of an autograd Function defined
@@ -50,6 +51,11 @@ class Scale(torch.autograd.Function):
 
 y = Scale.apply(x)
 ```
+## Fix safety
+Adding `@staticmethod` is safe (above the other decorators, so `@once_differentiable` still
+wraps the function), and offered only when the class has no `__init__`: its methods then never
+see anything but ctx. Rewriting `MyFn()(x)` as `MyFn.apply(x)` is unsafe: a legacy Function
+that kept state on its instance behaves differently.
 """
     VALID = (
         """
@@ -76,7 +82,43 @@ class Scale(torch.autograd.Function):
     def backward(ctx, g):
         return g * 2
 y = Scale()(x)
-""", ("def forward(ctx, x):", "y = Scale()(x)")),
+""", ("def forward(ctx, x):", "y = Scale()(x)"), fixed="""
+import torch
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+y = Scale.apply(x)
+"""),
+        Invalid("""
+import torch
+from torch.autograd.function import once_differentiable
+class Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(0, 1)
+    @once_differentiable
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * ((x > 0) & (x < 1))
+""", ("def backward(ctx, g):",), fixed="""
+import torch
+from torch.autograd.function import once_differentiable
+class Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(0, 1)
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * ((x > 0) & (x < 1))
+"""),
     )
 
     def precheck(self, tree) -> bool:
@@ -92,10 +134,27 @@ y = Scale()(x)
                     yield Hit(statement.name, (
                         f"{function.name}.{statement.name.value} has no @staticmethod: it works through "
                         f"{function.name}.apply() only because its first parameter receives ctx, and calling an "
-                        f"instance raises `{_LEGACY_ERROR}`; add @staticmethod"), Severity.WARNING, function.name)
+                        f"instance raises `{_LEGACY_ERROR}`; add @staticmethod"), Severity.WARNING, function.name,
+                        _add_staticmethod(function.node, statement))
+        instantiations = {}
         for site in model.call_sites:
             name = dotted(site.call.func)
             if name in model.function_class_names and not site.call.args:
-                yield Hit(site.call, (
-                    f"{name}() instantiates an autograd Function: torch warns that it should not be instantiated, "
-                    f"and calling the instance raises `{_LEGACY_ERROR}`; call {name}.apply(...)"), subject=name)
+                instantiations[site.call] = name
+        called = {site.call.func: site.call for site in model.call_sites if site.call.func in instantiations}
+        for call, name in instantiations.items():
+            outer = called.get(call)
+            fix = None if outer is None else FixPlan(
+                f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call, f"{name}.apply"),))
+            yield Hit(call, (
+                f"{name}() instantiates an autograd Function: torch warns that it should not be instantiated, "
+                f"and calling the instance raises `{_LEGACY_ERROR}`; call {name}.apply(...)"), subject=name, fix=fix)
+
+
+def _add_staticmethod(owner: cst.ClassDef, method: cst.FunctionDef) -> FixPlan | None:
+    """Safe when the class keeps no state of its own: its methods then only ever see ctx."""
+    if any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__" for s in owner.body.body):
+        return None
+    # Outermost, so that @once_differentiable and the like still wrap the plain function.
+    above = method.decorators[0] if method.decorators else method
+    return FixPlan("Add @staticmethod", Applicability.SAFE, (InsertLineAbove(above, "@staticmethod"),))

@@ -4,8 +4,11 @@ from typing import Iterator
 
 from gradlint import prechecks
 from gradlint.file_model import FileModel
-from gradlint.findings import Severity
-from gradlint.rule import Hit, Invalid, Rule
+import libcst as cst
+
+from gradlint.findings import Applicability, Severity
+from gradlint.rewrites import code
+from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
 class ForwardCalledDirectly(Rule):
@@ -14,6 +17,7 @@ class ForwardCalledDirectly(Rule):
     severity = Severity.ERROR
     summary = "MyFn.forward(...) instead of MyFn.apply(...): the custom backward is bypassed"
     markers = (("autograd", ".forward("),)
+    fix_safety = "unsafe"
     doc = """
 ## What it does
 Flags `MyFn.forward(...)` (`MyFn.forward(None, x)`, `MyFn.forward(ctx, x)`) where `MyFn` is an
@@ -36,6 +40,10 @@ y = ScatterSum.forward(None, src, index, dim_size)
 ```python
 y = ScatterSum.apply(src, index, dim_size)
 ```
+## Fix safety
+Unsafe: `MyFn.forward(None, x)` becomes `MyFn.apply(x)`, which attaches the custom backward, so
+gradients change (that is the point), and a forward that relied on its first argument being
+`None` behaves differently. Offered only when the first argument is positional.
 """
     VALID = (
         """
@@ -64,7 +72,18 @@ class Double(torch.autograd.Function):
         return g * 2
 def run(x):
     return Double.forward(None, x)
-""", ("return Double.forward(None, x)",)),
+""", ("return Double.forward(None, x)",), fixed="""
+import torch
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+def run(x):
+    return Double.apply(x)
+"""),
     )
 
     def precheck(self, tree) -> bool:
@@ -81,4 +100,17 @@ def run(x):
             yield Hit(site.call, (
                 f"{name}.forward(...) runs forward outside autograd: the custom backward is bypassed and the "
                 f"result's grad_fn is the last op inside forward, if any (measured, torch 2.13); "
-                f"call {name}.apply(...)"), subject=name)
+                f"call {name}.apply(...)"), subject=name, fix=_apply_instead(site.call, name))
+
+
+def _apply_instead(call: cst.Call, name: str) -> FixPlan | None:
+    """Unsafe: apply() returns what forward returns, but now with the custom backward attached, and
+    a forward that relied on its ctx argument (`ctx=None`) behaves differently."""
+    args = call.args
+    if not args or args[0].keyword is not None or args[0].star:
+        return None
+    rest = list(args[1:])
+    if rest:  # the last argument keeps or drops a trailing comma as written
+        rest[-1] = rest[-1].with_changes(comma=args[-1].comma)
+    new = call.with_changes(func=call.func.with_changes(attr=cst.Name("apply")), args=rest)
+    return FixPlan(f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call, code(new)),))

@@ -21,9 +21,10 @@ def test_leaky_file_reports_file_line_col_code_and_exits_1(leaky_file):
     result = run("check", "leaky_op.py")
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0].startswith("leaky_op.py:8:9: GL101 ctx.out holds its own output")
+    assert lines[0].startswith("leaky_op.py:8:9: GL101 [*] ctx.out holds its own output")
     assert lines[1].startswith("leaky_op.py:15:9: GL201 backward returns 1 value but forward takes 3 inputs")
-    assert lines[-1] == "Found 2 findings (2 errors) in 1 of 1 file checked."
+    assert lines[-2] == "Found 2 findings (2 errors) in 1 of 1 file checked."
+    assert lines[-1] == "[*] 1 fixable with --fix."
 
 
 def test_clean_file_exits_0_with_one_summary_line(clean_file):

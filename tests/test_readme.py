@@ -28,7 +28,8 @@ def test_quick_start_has_exactly_two_commands_and_ci_runs_the_second():
 
 def test_rule_table_lists_every_rule_with_its_severity():
     for rule in all_rules():
-        assert f"| {rule.code} | {rule.name} | {rule.severity.value} | {rule.summary} |" in README
+        fix = rule.fix_safety or "-"
+        assert f"| {rule.code} | {rule.name} | {rule.severity.value} | {fix} | {rule.summary} |" in README
 
 
 def test_sample_output_is_what_gradlint_prints_on_the_examples():

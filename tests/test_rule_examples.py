@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradlint.engine import RuleSet, lint_source
+from gradlint.engine import RuleSet, fix_source, lint_source
 from gradlint.registry import all_rules
 
 RULES = all_rules()
@@ -16,6 +16,8 @@ def _only(rule) -> RuleSet:
 
 VALID = [pytest.param(rule, source, id=f"{rule.code}-valid{i}") for rule in RULES for i, source in enumerate(rule.VALID)]
 INVALID = [pytest.param(rule, case, id=f"{rule.code}-invalid{i}") for rule in RULES for i, case in enumerate(rule.INVALID)]
+FIXED = [pytest.param(rule, case, id=f"{rule.code}-fixed{i}") for rule in RULES
+         for i, case in enumerate(rule.INVALID) if case.fixed is not None]
 
 
 def test_every_rule_has_examples_and_a_complete_doc():
@@ -51,3 +53,38 @@ def test_invalid_example_is_flagged_on_exactly_the_marked_lines(rule, case):
     flagged = {f.line for f in result.findings if f.code == rule.code}
     assert flagged == expected
     assert all(f.message and f.column >= 1 for f in result.findings)
+
+
+def test_rules_with_fixes_document_their_safety_and_show_a_fix():
+    for rule in RULES:
+        fixed_examples = [case for case in rule.INVALID if case.fixed is not None]
+        if rule.fix_safety:
+            assert rule.fix_safety in ("safe", "unsafe", "safe or unsafe"), rule.code
+            assert "## Fix safety" in rule.doc, rule.code
+            assert fixed_examples, f"{rule.code} declares fixes but no INVALID example shows one"
+        else:
+            assert not fixed_examples and "## Fix safety" not in rule.doc, rule.code
+
+
+@pytest.mark.parametrize("rule, case", FIXED)
+def test_fix_gives_the_expected_source_and_is_idempotent(rule, case):
+    ruleset = _only(rule)
+    result = fix_source(case.source, "invalid.py", ruleset, unsafe=True)
+    assert result.internal_error is None
+    # `fixed` equal to the source: an example of a case the rule must leave alone.
+    assert result.fixed_source == (None if case.fixed == case.source else case.fixed)
+    assert compile(case.fixed, "fixed.py", "exec")
+    # What is left has no fix to offer, and fixing again changes nothing.
+    assert all(f.fix is None for f in result.findings if f.code == rule.code)
+    assert fix_source(case.fixed, "invalid.py", ruleset, unsafe=True).fixed_source is None
+    before = len([f for f in lint_source(case.source, "invalid.py", ruleset).findings if f.code == rule.code])
+    after = len([f for f in lint_source(case.fixed, "invalid.py", ruleset).findings if f.code == rule.code])
+    assert after == before - result.fixes_applied
+
+
+@pytest.mark.parametrize("rule, case", FIXED)
+def test_safe_only_fixes_leave_the_unsafe_ones(rule, case):
+    result = fix_source(case.source, "invalid.py", _only(rule), unsafe=False)
+    assert result.internal_error is None
+    left = [f for f in result.findings if f.code == rule.code and f.fix is not None]
+    assert all(f.fix.applicability.value == "unsafe" for f in left)

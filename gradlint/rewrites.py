@@ -1,0 +1,55 @@
+"""Small pieces rules build their fixes from: source text of nodes, and where a statement sits."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+_EMPTY = cst.Module(body=[])
+# Values a running total or a log keeps: a loss, a metric. `.item()` makes them Python floats.
+_SCALAR_NAME = re.compile(r"loss|total|running|sum|acc|metric|err", re.IGNORECASE)
+
+
+def code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _atomic(node: cst.BaseExpression) -> bool:
+    """Whether `node.method()` binds to the whole of node without parentheses."""
+    if node.lpar:
+        return True
+    return isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+
+
+def method_call(node: cst.BaseExpression, method: str) -> str:
+    text = code(node).strip()
+    return f"{text}.{method}()" if _atomic(node) else f"({text}).{method}()"
+
+
+def kept_value(node: cst.BaseExpression, holder: str) -> tuple[str, str]:
+    """What to keep instead of a graph-attached value, and the method used: `.item()` for what reads
+    as a scalar (a loss, a total), `.detach()` otherwise (an output, a hidden state)."""
+    method = "item" if _SCALAR_NAME.search(code(node)) or _SCALAR_NAME.search(holder) else "detach"
+    return method_call(node, method), method
+
+
+def statement_in_body(body: cst.BaseSuite, small: cst.BaseSmallStatement) -> cst.SimpleStatementLine | None:
+    """The line holding `small` when it is alone on a line directly in `body` (not nested in an
+    if/for/with): the only place a statement can be moved or removed without reading control flow."""
+    if not isinstance(body, cst.IndentedBlock):
+        return None
+    for statement in body.body:
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and statement.body[0] is small:
+            return statement
+    return None
+
+
+def first_statement(function: cst.FunctionDef) -> cst.BaseStatement | None:
+    """The first statement after the docstring: where code that must run first goes."""
+    if not isinstance(function.body, cst.IndentedBlock):
+        return None
+    body = list(function.body.body)
+    if body and function.get_docstring(clean=False) is not None:
+        body = body[1:]
+    return body[0] if body else None

@@ -1,0 +1,158 @@
+"""SARIF 2.1.0: the log GitHub code scanning (and other SARIF viewers) read.
+
+One run; the driver lists every rule gradlint has, selected or not, plus the engine's GL000 and
+GL001, so each result's ruleId resolves and a viewer can show a rule's doc beside its alert."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import quote
+
+from gradlint import __version__
+from gradlint.engine import SYNTAX_ERROR, UNREADABLE
+from gradlint.findings import DOCS_URL, Edit, Finding, Severity
+from gradlint.registry import all_rules
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+INFORMATION_URI = "https://github.com/gradlint/gradlint"
+SRCROOT = "%SRCROOT%"
+
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "note"}
+
+# Code scanning filters alerts by tag. The code's first digit is the family: GL1 memory held
+# across training steps, GL2 the autograd.Function contract, GL3 memory footprint.
+_FAMILY_TAG = {"GL1": "memory", "GL2": "correctness", "GL3": "memory"}
+
+# GL000 and GL001 are not Rule classes (the engine reports them when no rule could run), so
+# their descriptors are written here, in the shape of a rule's doc.
+_ENGINE_RULES = (
+    (SYNTAX_ERROR, "the file does not parse, so no rule checked it",
+     "## What it does\nReports a file that Python (or libcst) cannot parse, at the line and column "
+     "of the syntax error. No rule runs on that file until it parses.\n"),
+    (UNREADABLE, "the file cannot be read or parsed, so no rule checked it",
+     "## What it does\nReports a file gradlint cannot read: not UTF-8, NUL bytes, over "
+     "`max-file-size`, not a regular file, a symlink loop, or nested too deeply to parse. "
+     "No rule runs on that file.\n"),
+)
+
+
+def _section(doc: str, heading: str) -> str:
+    """The body under `## heading`: what code scanning shows atop an alert is the rule's
+    "What it does", while `help` carries the whole doc."""
+    lines = doc.strip().splitlines()
+    try:
+        start = lines.index(f"## {heading}") + 1
+    except ValueError:
+        return doc.strip()
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join(lines[start:end]).strip()
+
+
+def _descriptor(code: str, name: str, summary: str, doc: str, severity: Severity,
+                enabled: bool, tags: list[str]) -> dict:
+    what = _section(doc, "What it does")
+    configuration: dict = {"level": _LEVEL[severity]}
+    if not enabled:
+        configuration["enabled"] = False
+    descriptor = {
+        "id": code,
+        "name": name,
+        "shortDescription": {"text": summary},
+        "fullDescription": {"text": what, "markdown": what},
+        "help": {"text": doc.strip(), "markdown": doc.strip()},
+        "helpUri": DOCS_URL.format(code=code.lower()),
+        "defaultConfiguration": configuration,
+    }
+    if tags:
+        descriptor["properties"] = {"tags": tags}
+    return descriptor
+
+
+def _descriptors() -> list[dict]:
+    descriptors = [_descriptor(code, name, summary, doc, Severity.ERROR, True, [])
+                   for (code, name), summary, doc in _ENGINE_RULES]
+    for rule in all_rules():
+        family = _FAMILY_TAG.get(rule.code[:3])
+        descriptors.append(_descriptor(rule.code, rule.name, rule.summary, rule.doc, rule.severity,
+                                       rule.default_enabled,
+                                       ["pytorch", "autograd"] + ([family] if family else [])))
+    return sorted(descriptors, key=lambda d: d["id"])
+
+
+def _artifact_location(path: str) -> dict:
+    """A relative path stays relative to %SRCROOT% (code scanning matches alerts across runs by
+    path, and the runner's checkout directory differs from run to run); an absolute path under
+    the current directory is made relative for the same reason, and any other absolute path
+    becomes a file:// URI."""
+    given = Path(path)
+    if given.is_absolute():
+        try:
+            given = given.relative_to(Path.cwd())
+        except ValueError:
+            return {"uri": given.as_uri()}
+    # quote() also escapes ':', so a first segment like "a:b.py" cannot read as a URI scheme.
+    return {"uri": quote(given.as_posix(), safe="/"), "uriBaseId": SRCROOT}
+
+
+def _directory_uri(directory: Path) -> str:
+    # A base URI must end in '/': resolving "pkg/op.py" against "file:///repo" drops "repo".
+    uri = directory.as_uri()
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+
+
+def _replacement(edit: Edit) -> dict:
+    return {"deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column),
+            "insertedContent": {"text": edit.content}}
+
+
+def _result(finding: Finding, rule_index: dict[str, int]) -> dict:
+    location = _artifact_location(finding.path)
+    result = {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index[finding.code],
+        "level": _LEVEL[finding.severity],
+        "message": {"text": finding.message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": location,
+            "region": _region(finding.line, finding.column, finding.end_line or finding.line,
+                              finding.end_column or finding.column),
+        }}],
+    }
+    if finding.fix is not None:
+        result["fixes"] = [{
+            "description": {"text": finding.fix.message},
+            "artifactChanges": [{"artifactLocation": location,
+                                 "replacements": [_replacement(e) for e in finding.fix.edits]}],
+            # SARIF has no notion of fix safety; ruff's word for it, so a consumer can skip unsafe fixes.
+            "properties": {"applicability": finding.fix.applicability.value},
+        }]
+    return result
+
+
+def sarif(findings: Sequence[Finding]) -> str:
+    rules = _descriptors()
+    rule_index = {d["id"]: i for i, d in enumerate(rules)}
+    log = {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "gradlint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": rules,
+            }},
+            "originalUriBaseIds": {SRCROOT: {"uri": _directory_uri(Path.cwd())}},
+            # libcst and CPython's SyntaxError both count columns in code points, not UTF-16 units.
+            "columnKind": "unicodeCodePoints",
+            "results": [_result(f, rule_index) for f in findings],
+        }],
+    }
+    return json.dumps(log, indent=2) + "\n"
