@@ -8,6 +8,7 @@ loose (a yes only means "look closer"), never stricter than the rules.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator
 
 from gradlint.torch_api import CONTAINER_STORING_METHODS
@@ -96,3 +97,83 @@ def _rooted_at(node: ast.expr, name: str) -> bool:
         if isinstance(node, ast.Name):
             return node.id == name
     return False
+
+
+# ----- stores that can outlive a training step (GL103, GL104) -------------------------------
+# The flow walk reports a store only when its target outlives the step: an attribute, a parameter,
+# a global or closure variable, or a local built across a training or evaluation loop. Most of
+# torch's own files with `.backward(` and `.append(` keep lists local to one test: no libcst.
+
+_STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
+_LOOP_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def may_store_across_steps(tree: ast.Module) -> bool:
+    scopes: list[ast.AST] = [tree]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scopes.append(node)
+    return any(_scope_may_store(scope) for scope in scopes)
+
+
+def _scope_may_store(scope: ast.AST) -> bool:
+    params: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        arguments = scope.args
+        params = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+        params |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    local: set[str] = set()
+    stores: list[tuple[ast.expr, tuple[ast.stmt, ...]]] = []
+    declared: set[str] = set()
+
+    def visit(node: ast.AST, loops: tuple[ast.stmt, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _SCOPES):
+                if not isinstance(child, ast.Lambda):
+                    local.add(child.name)
+                continue  # its own scope (a class body's stores are attributes of the class)
+            if isinstance(child, (ast.Global, ast.Nonlocal)):
+                declared.update(child.names)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                local.add(child.id)
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
+                if child.func.attr in CONTAINER_STORING_METHODS:
+                    stores.append((child.func.value, loops))
+                elif isinstance(child.func.value, ast.Name) and child.func.value.id == "setattr":
+                    stores.append((child.func, loops))
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == "setattr":
+                stores.append((child.func, loops))
+            elif isinstance(child, ast.AugAssign):
+                stores.append((child.target, loops))
+            elif isinstance(child, ast.Assign):
+                for target in child.targets:
+                    if isinstance(target, ast.Subscript):
+                        stores.append((target.value, loops))
+                    elif isinstance(target, (ast.Name, ast.Attribute)) and _mentions(child.value, target):
+                        stores.append((target, loops))
+            visit(child, (*loops, child) if isinstance(child, (ast.For, ast.AsyncFor, ast.While)) else loops)
+
+    visit(scope, ())
+    for target, loops in stores:
+        if not isinstance(target, ast.Name):
+            return True  # an attribute, an item of something, setattr: not a plain local
+        name = target.id
+        if name in declared or name in params or name not in local:
+            return True
+        if any(_is_step_loop(loop) for loop in loops):
+            return True
+    return False
+
+
+def _mentions(value: ast.expr, target: ast.expr) -> bool:
+    wanted = ast.dump(target, annotate_fields=False).replace("Store()", "Load()")
+    return any(ast.dump(n, annotate_fields=False) == wanted for n in ast.walk(value) if type(n) is type(target))
+
+
+def _is_step_loop(loop: ast.stmt) -> bool:
+    header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+    if _LOOP_ITERABLE.search(ast.unparse(header)):
+        return True
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _STEP_METHODS
+               for n in ast.walk(loop))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.file_model import FileModel
 import libcst as cst
 
@@ -138,6 +139,9 @@ class Trainer:
         self.outputs.append(out.detach())
 """),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for walk in model.walks:

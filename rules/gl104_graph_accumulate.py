@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.file_model import FileModel
 import libcst as cst
 
@@ -111,6 +112,9 @@ class Trainer:
         RUNNING += loss.item()
 """),
     )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for walk in model.walks:
