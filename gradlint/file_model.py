@@ -337,7 +337,7 @@ class FileModel:
             walker = Walker(walk, target)
             bound = {ctx: Val(Kind.CTX)}
             for param in target.params.params[skip + 1:]:
-                bound[param.name.value] = self._input_value(param, walker.scan)
+                bound[param.name.value] = self.input_value(param, walker.scan)
             walker.bind_params(bound)
             walker.run()
             for event in walk.of(ReturnValue):
@@ -352,8 +352,8 @@ class FileModel:
         walk = Walk(self, setup, FunctionRole("setup_context", ctx_name=ctx, owner_class=function.name))
         walker = Walker(walk, setup)
         forward_inputs = function.forward_inputs or []
-        input_values = tuple(self._input_value(p, self.prescan(function.forward)) for p in forward_inputs)
-        output_value = self._output_value(function)
+        input_values = tuple(self.input_value(p, self.prescan(function.forward)) for p in forward_inputs)
+        output_value = self.output_value(function)
         walk.output_bindings.update(_bindings_of(output_value))
         walker.bind_params({
             ctx: Val(Kind.CTX),
@@ -363,7 +363,7 @@ class FileModel:
         walker.run()
         return walk
 
-    def _input_value(self, param: cst.Param, scan: Prescan) -> Val:
+    def input_value(self, param: cst.Param, scan: Prescan) -> Val:
         """A forward input: a tensor unless the code shows it is a Python scalar."""
         name = param.name.value
         if param.annotation is not None:
@@ -377,7 +377,7 @@ class FileModel:
             return UNKNOWN
         return Val(Kind.TENSOR, is_input=True)
 
-    def _output_value(self, function: AutogradFunction) -> Val:
+    def output_value(self, function: AutogradFunction) -> Val:
         """setup_context's `output`: what forward returns, one element per returned value when it
         returns a tuple. An element counts as a tensor only when forward visibly returns one
         there (a NumPy array returned beside the tensor is no cycle)."""

@@ -234,6 +234,15 @@ _NOTES = {
 }
 
 
+def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node and everything under it that can hold code, nested functions included."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child_nodes(current))
+
+
 def target_names(target: cst.BaseExpression) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value

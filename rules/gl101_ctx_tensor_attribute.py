@@ -9,7 +9,7 @@ from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, leading_params
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, SavedForBackward, Walk
-from gradlint.prescan import child_nodes
+from gradlint.prescan import descendants
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 from gradlint.values import Kind, Val
@@ -319,23 +319,17 @@ _ASSIGNING = (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.N
               cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef)
 
 
-def _nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in child_nodes(node):
-        yield from _nodes(child)
-
-
 def _names_used(node: cst.CSTNode) -> set[str]:
     """Variable names (not attribute names: `ctx.out` uses `ctx`, not `out`)."""
-    attributes = {id(n.attr) for n in _nodes(node) if isinstance(n, cst.Attribute)}
-    return {n.value for n in _nodes(node) if isinstance(n, cst.Name) and id(n) not in attributes}
+    attributes = {id(n.attr) for n in descendants(node) if isinstance(n, cst.Attribute)}
+    return {n.value for n in descendants(node) if isinstance(n, cst.Name) and id(n) not in attributes}
 
 
 def _binds(node: cst.CSTNode, name: str) -> bool:
     """Whether any statement inside `node` may rebind `name` (conservative: any binding form that
     mentions the name counts)."""
     return any(isinstance(n, _ASSIGNING) and name in _names_used(n) and not _only_reads(n, name)
-               for n in _nodes(node))
+               for n in descendants(node))
 
 
 def _only_reads(node: cst.CSTNode, name: str) -> bool:
@@ -350,11 +344,11 @@ def _only_reads(node: cst.CSTNode, name: str) -> bool:
 
 
 def _ctx_attributes(node: cst.CSTNode, attribute: str) -> list[cst.Attribute]:
-    return [n for n in _nodes(node) if isinstance(n, cst.Attribute) and n.attr.value == attribute]
+    return [n for n in descendants(node) if isinstance(n, cst.Attribute) and n.attr.value == attribute]
 
 
 def _mentions_string(node: cst.CSTNode, text: str) -> bool:
-    return any(isinstance(n, cst.SimpleString) and n.evaluated_value == text for n in _nodes(node))
+    return any(isinstance(n, cst.SimpleString) and n.evaluated_value == text for n in descendants(node))
 
 
 def _saved_tensors_unpacking(backward: cst.FunctionDef, ctx: str) -> tuple[cst.Assign, list[str]] | None:
@@ -420,12 +414,12 @@ def _save_instead(function: AutogradFunction, walk: Walk, store: AttributeStore)
 
 def _binds_attribute(backward: cst.FunctionDef, attribute: cst.Attribute) -> bool:
     """`ctx.x = ...`, `ctx.x += ...`, `del ctx.x` in backward: not a read to rewrite."""
-    for node in _nodes(backward):
+    for node in descendants(backward):
         if isinstance(node, cst.Assign) and any(t.target is attribute for t in node.targets):
             return True
         if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.target is attribute:
             return True
-        if isinstance(node, cst.Del) and attribute in set(_nodes(node.target)):
+        if isinstance(node, cst.Del) and attribute in set(descendants(node.target)):
             return True
     return False
 

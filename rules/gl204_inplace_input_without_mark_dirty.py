@@ -562,7 +562,7 @@ class Shift(torch.autograd.Function):
             prescan = model.prescan(forward)
             # The same evidence the other rules use: a forward parameter is a tensor only when the
             # code treats it as one (annotation, tensor methods, torch.* arguments, arithmetic with one).
-            kinds = {p.name.value: model._input_value(p, prescan).kind for p in params}
+            kinds = {p.name.value: model.input_value(p, prescan).kind for p in params}
             direct = {p.name.value for p in params if p.name.value in prescan.tensor_uses or (
                 p.annotation is not None and "Tensor" in model.module.code_for_node(p.annotation.annotation))}
             where = "setup_context" if ctx is None else "forward"

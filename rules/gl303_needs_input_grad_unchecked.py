@@ -7,17 +7,13 @@ import libcst as cst
 from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, leading_params, returns_in
 from gradlint.findings import Severity
-from gradlint.prescan import child_nodes
+from gradlint.prescan import descendants
 from gradlint.rule import Hit, Invalid, Rule
 
 
 def _nodes(function: cst.FunctionDef) -> Iterator[cst.CSTNode]:
     """Every node of the body, nested functions and lambdas included (a closure may check too)."""
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(child_nodes(node))
+    return descendants(function.body)
 
 
 def _returned(expr: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:

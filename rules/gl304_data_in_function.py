@@ -251,7 +251,7 @@ class Renorm(torch.autograd.Function):
         if role == "forward":
             scan = _scan_without_data(model, method)
             for param in params[1:] if has_ctx else params:
-                bound[param.name.value] = model._input_value(param, scan)
+                bound[param.name.value] = model.input_value(param, scan)
         elif role == "setup_context":
             if len(params) < 3:
                 return None
@@ -259,10 +259,10 @@ class Renorm(torch.autograd.Function):
             inputs = ()
             if forward is not None:
                 scan = _scan_without_data(model, forward)
-                inputs = tuple(model._input_value(p, scan) for p in function.forward_inputs or ())
+                inputs = tuple(model.input_value(p, scan) for p in function.forward_inputs or ())
             output = params[-1] if len(params) >= 4 else params[2]
             bound[params[1].name.value] = Val(Kind.CONTAINER, elements=inputs)
-            bound[output.name.value] = model._output_value(function)
+            bound[output.name.value] = model.output_value(function)
         else:
             bound.update((p.name.value, Val(Kind.TENSOR)) for p in params[1:])  # incoming gradients
         walker.bind_params(bound)
