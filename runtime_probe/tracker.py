@@ -55,7 +55,10 @@ class LiveStorageTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self.step = 0
         # Tensor objects made while tracking, to find held graphs and the holders of survivors.
-        self.tensors: weakref.WeakSet = weakref.WeakSet()
+        # A dict of plain weakrefs by id, not a WeakSet: adding to a WeakSet hashes the tensor
+        # through Tensor.__hash__ in Python, about 5 us an op (cProfile, clean scenario). A reused
+        # id only replaces a dead entry; dead ones are dropped every few steps.
+        self._tensors: dict[int, weakref.ref] = {}
         self._skip_dirs = _library_dirs()
         self._skip_cache: dict[str, bool] = {}
 
@@ -78,7 +81,7 @@ class LiveStorageTracker(TorchDispatchMode):
 
     def _record(self, t: torch.Tensor, func) -> None:
         try:
-            self.tensors.add(t)
+            self._tensors[id(t)] = weakref.ref(t)
             st = t.untyped_storage()
         except (RuntimeError, TypeError, NotImplementedError):
             return  # sparse, meta without storage, or a subclass that refuses: nothing to count
@@ -120,13 +123,15 @@ class LiveStorageTracker(TorchDispatchMode):
     def begin_step(self, step: int) -> None:
         self.step = step
         self.peak_bytes = self.live_bytes
+        if step % 64 == 0:
+            self._tensors = {key: ref for key, ref in self._tensors.items() if ref() is not None}
 
     def survivors(self, after_step: int) -> list[StorageRecord]:
         """Live storages created after `after_step`."""
         return [r for r in list(self.records.values()) if r.step > after_step and r.ref() is not None]
 
     def live_tensors(self) -> list[torch.Tensor]:
-        return list(self.tensors)
+        return [t for t in (ref() for ref in list(self._tensors.values())) if t is not None]
 
     def storage_key(self, t: torch.Tensor) -> int | None:
         try:
