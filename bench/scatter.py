@@ -6,7 +6,8 @@
 Cases: N rows x D float32 into T targets (default 1e6 x 64 into 1e5), the same with D = 1, and a
 skewed index (target = floor(T * u**4), u uniform: the hottest target gets ~(1/T)**0.25 of the
 rows, 5.6% at T = 1e5). Variants run round-robin, one rep of each per round, so a noisy
-neighbour slows them alike; times are medians and ratios come from the same run.
+neighbour slows them alike, in a new (seeded) order each round; each timed rep runs right after an
+untimed one of the same variant. Times are medians and ratios come from the same run.
 
 Targets (issue 3). CPU: deterministic with int64 no slower than index_add_ int64, and int32 no
 slower than int64. CUDA: deterministic within 1.3x of atomic, atomic at >= 60% of the memory
@@ -16,6 +17,7 @@ bandwidth, measured here as a device-to-device copy.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -72,9 +74,19 @@ def medians(fns: dict[str, Callable[[], torch.Tensor]], reps: int, device: str) 
     for fn in fns.values():  # warm-up: first touch of pages, allocator, sort scratch
         fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
+    # A variant's time depended on which one ran before it: right after index_add_, whose frees
+    # let glibc trim the heap, a 25 MB output page-faulted afresh (6,218 faults, +10 ms), and the
+    # next variant reused those pages (0 faults); in a fixed order the same variant paid every
+    # round. An untimed run of the same variant first leaves each timed one the heap its own
+    # previous call left, and the shuffle keeps what remains of position effects from always
+    # landing on the same variant.
+    order = list(fns)
+    shuffle = random.Random(0).shuffle
     for _ in range(reps):
-        for name, fn in fns.items():
-            samples[name].append(timed(fn, device))
+        shuffle(order)
+        for name in order:
+            fns[name]()
+            samples[name].append(timed(fns[name], device))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

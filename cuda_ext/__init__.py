@@ -7,8 +7,9 @@
 `index` is [N] int32 or int64 (both native, no upcast copy), `out` is [dim_size, D] or [dim_size].
 The backward is a gather (`index_select`), deterministic on every device.
 
-Two algorithms: `deterministic` (stable sort by target, then per-target sums in source order:
-bitwise the same on every run and thread count) and `atomic` (one atomic add per element).
+Two algorithms: `deterministic` (every target summed from zero in ascending source order:
+bitwise the same on every run and thread count; on CPU one in-order pass at 1-2 threads, a stable
+sort by target with sums parallel over output rows at more) and `atomic` (one atomic add per element).
 `deterministic=None` picks deterministic on CPU, or when
 `torch.are_deterministic_algorithms_enabled()`, and atomic on CUDA otherwise.
 
