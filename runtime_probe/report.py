@@ -116,7 +116,11 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
     except ImportError:
         raise PlotUnavailable("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)") from None
     fig, ax = plt.subplots(figsize=(9, 5))
-    for report in reports:
+    # Scenarios that leak the same bytes per step draw the same line: each curve is thinner than
+    # the one before and drawn over it, so where they coincide every colour still shows.
+    styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "D", "v")
+    for index, report in enumerate(reports):
         run = report.run
         if run is None or not run.live_bytes:
             continue
@@ -124,10 +128,11 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
         baseline = [c.live_after for c in run.collections if c.step == run.warmup]
         base = baseline[0] if baseline else run.live_bytes[0]
         steps = list(range(1, len(run.live_bytes) + 1))
-        line, = ax.plot(steps, [(b - base) / 1024 for b in run.live_bytes], lw=1, alpha=0.8,
-                        label=f"{report.name} ({report.verdict.value})")
+        line, = ax.plot(steps, [(b - base) / 1024 for b in run.live_bytes], lw=max(0.8, 3.6 - 0.35 * index),
+                        ls=styles[index % len(styles)], alpha=0.85, label=f"{report.name} ({report.verdict.value})")
         cs = [c for c in run.collections]
-        ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], "o", ms=3, color=line.get_color())
+        ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], markers[index % len(markers)],
+                ms=4, mfc="none", color=line.get_color())
     ax.axvline(reports[0].warmup if reports else 0, color="grey", ls=":", lw=1)
     ax.set_xlabel("step")
     ax.set_ylabel("live tensor KiB above warm-up")
