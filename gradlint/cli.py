@@ -16,6 +16,7 @@ import click
 from gradlint import __version__, reporters
 from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
+from gradlint.fixes import split_lines
 from gradlint.registry import all_rules, rule_by_code
 from gradlint.runtime_probe.cli import probe  # imports torch only when the command runs
 
@@ -110,7 +111,7 @@ def _report(outcome, request: CheckRequest, output_format: str, statistics: bool
 
 def _report_diff(outcome, quiet: bool) -> None:
     for change in outcome.changes:
-        lines = difflib.unified_diff(change.before.splitlines(keepends=True), change.after.splitlines(keepends=True),
+        lines = difflib.unified_diff(split_lines(change.before), split_lines(change.after),
                                      fromfile=change.path, tofile=change.path)
         click.echo("".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
                            for line in lines), nl=False)
