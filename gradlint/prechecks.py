@@ -117,6 +117,10 @@ def may_store_across_steps(tree: ast.Module) -> bool:
     return any(_scope_may_store(scope) for scope in scopes)
 
 
+class _NotLocal(Exception):
+    """A store into something other than a plain name: the answer is yes, stop looking."""
+
+
 def _scope_may_store(scope: ast.AST) -> bool:
     params: set[str] = set()
     if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -124,8 +128,13 @@ def _scope_may_store(scope: ast.AST) -> bool:
         params = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
         params |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
     local: set[str] = set()
-    stores: list[tuple[ast.expr, tuple[ast.stmt, ...]]] = []
+    stores: list[tuple[str, tuple[ast.stmt, ...]]] = []
     declared: set[str] = set()
+
+    def store(target: ast.expr, loops: tuple[ast.stmt, ...]) -> None:
+        if not isinstance(target, ast.Name):
+            raise _NotLocal  # an attribute, an item of something, setattr
+        stores.append((target.id, loops))
 
     def visit(node: ast.AST, loops: tuple[ast.stmt, ...]) -> None:
         for child in ast.iter_child_nodes(node):
@@ -137,38 +146,58 @@ def _scope_may_store(scope: ast.AST) -> bool:
                 declared.update(child.names)
             elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
                 local.add(child.id)
-            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
-                if child.func.attr in CONTAINER_STORING_METHODS:
-                    stores.append((child.func.value, loops))
-                elif isinstance(child.func.value, ast.Name) and child.func.value.id == "setattr":
-                    stores.append((child.func, loops))
-            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == "setattr":
-                stores.append((child.func, loops))
+            elif isinstance(child, ast.Call):
+                func = child.func
+                if isinstance(func, ast.Attribute) and func.attr in CONTAINER_STORING_METHODS:
+                    store(func.value, loops)
+                elif isinstance(func, ast.Name) and func.id == "setattr":
+                    raise _NotLocal
             elif isinstance(child, ast.AugAssign):
-                stores.append((child.target, loops))
+                store(child.target, loops)
             elif isinstance(child, ast.Assign):
                 for target in child.targets:
                     if isinstance(target, ast.Subscript):
-                        stores.append((target.value, loops))
+                        store(target.value, loops)
                     elif isinstance(target, (ast.Name, ast.Attribute)) and _mentions(child.value, target):
-                        stores.append((target, loops))
+                        store(target, loops)
             visit(child, (*loops, child) if isinstance(child, (ast.For, ast.AsyncFor, ast.While)) else loops)
 
-    visit(scope, ())
-    for target, loops in stores:
-        if not isinstance(target, ast.Name):
-            return True  # an attribute, an item of something, setattr: not a plain local
-        name = target.id
+    try:
+        visit(scope, ())
+    except _NotLocal:
+        return True
+    step_loops: dict[int, bool] = {}
+    for name, loops in stores:
         if name in declared or name in params or name not in local:
             return True
-        if any(_is_step_loop(loop) for loop in loops):
-            return True
+        for loop in loops:
+            if id(loop) not in step_loops:
+                step_loops[id(loop)] = _is_step_loop(loop)
+            if step_loops[id(loop)]:
+                return True
     return False
 
 
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
 def _mentions(value: ast.expr, target: ast.expr) -> bool:
-    wanted = ast.dump(target, annotate_fields=False).replace("Store()", "Load()")
-    return any(ast.dump(n, annotate_fields=False) == wanted for n in ast.walk(value) if type(n) is type(target))
+    """Whether `value` reads `target` (`total = total + loss`, `self.t = self.t + loss`)."""
+    wanted = _dotted(target)
+    if wanted is None:
+        return False
+    if isinstance(target, ast.Name):
+        return any(isinstance(n, ast.Name) and n.id == wanted for n in ast.walk(value))
+    return any(isinstance(n, ast.Attribute) and n.attr == target.attr and _dotted(n) == wanted
+               for n in ast.walk(value))
 
 
 def _is_step_loop(loop: ast.stmt) -> bool:
