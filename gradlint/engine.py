@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -76,6 +77,21 @@ def _python_ast(source: str, path: str) -> ast.Module | Finding:
         return _finding(path, UNREADABLE, 1, 1, "too deeply nested to parse")
 
 
+def _syntax_error(source: str, path: str) -> Finding | None:
+    """CPython's syntax check without building Python AST objects: compiling to bytecode takes half
+    the time of an AST parse (7.1 s against 13.5 s for torch's 2285 files, measured). The compiler
+    also rejects what only it checks (`return` outside a function); files with rules to run get an
+    AST parse only, so such a file is re-read that way and reported the same in both cases."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SyntaxWarning for invalid escapes: not ours to report
+        try:
+            compile(source, path, "exec", dont_inherit=True)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            tree = _python_ast(source, path)
+            return tree if isinstance(tree, Finding) else None
+    return None
+
+
 def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     """Lint one file's text. Never raises for bad input: it becomes a GL000/GL001 finding.
 
@@ -84,6 +100,11 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     the libcst parse and the analysis, for the rules still in play."""
     result = FileResult(path)
     rules = [r for r in ruleset.rules if any(_present(marker, source) for marker in r.markers)]
+    if not rules:  # only the syntax check is left
+        error = _syntax_error(source, path)
+        if error is not None:
+            result.findings.append(error)
+        return result
     tree = _python_ast(source, path)
     if isinstance(tree, Finding):
         result.findings.append(tree)
