@@ -283,6 +283,16 @@ class FileModel:
             todo.extend(b for b in bases.get(name, ()) if b in bases)
         return found
 
+    def distinct_methods(self, method: str) -> Iterator[tuple[AutogradFunction, cst.FunctionDef]]:
+        """Each Function with its `method` ("forward", "backward"), each def once: a subclass that
+        inherits its base's method would otherwise have the base's lines reported twice."""
+        seen: set[int] = set()
+        for function in self.function_classes:
+            found = getattr(function, method)
+            if found is not None and id(found) not in seen:
+                seen.add(id(found))
+                yield function, found
+
     def function_class_call(self, call: cst.Call, method: str) -> str | None:
         """`MyFn` when `call` is `MyFn.<method>(...)` on an autograd Function class of this file."""
         func = call.func

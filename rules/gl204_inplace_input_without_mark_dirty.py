@@ -539,12 +539,9 @@ class Shift(torch.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        seen: set[int] = set()
-        for function in model.function_classes:
-            forward = function.forward
-            if function.style not in ("ctx", "setup_context") or forward is None or id(forward) in seen:
+        for function, forward in model.distinct_methods("forward"):
+            if function.style not in ("ctx", "setup_context"):
                 continue
-            seen.add(id(forward))
             signature = forward.params
             params = [*signature.posonly_params, *signature.params, *signature.kwonly_params][leading_params(forward):]
             ctx = None

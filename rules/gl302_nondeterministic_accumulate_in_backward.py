@@ -361,12 +361,8 @@ pick.register_autograd(backward, setup_context=setup_context)
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        seen: set[int] = set()
-        for function in model.function_classes:
-            if function.backward is None or id(function.backward) in seen:
-                continue
-            seen.add(id(function.backward))
-            exact = _ExactSums(model, function.backward)
+        for function, backward in model.distinct_methods("backward"):
+            exact = _ExactSums(model, backward)
             for call in _calls_in_backward(model, function):
                 message = self._message(model, call, exact)
                 if message is not None:

@@ -218,12 +218,7 @@ scale_shift.register_autograd(scale_shift_backward, setup_context=setup_context)
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        seen: set[int] = set()
-        for function in model.function_classes:
-            backward = function.backward
-            if backward is None or id(backward) in seen:
-                continue
-            seen.add(id(backward))
+        for function, backward in model.distinct_methods("backward"):
             if self._reads_needs_input_grad(model, function):
                 continue
             body = _Backward(backward)
