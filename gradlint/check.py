@@ -135,12 +135,13 @@ def run_check(request: CheckRequest) -> CheckOutcome:
 def _take_change(result: FileResult, request: CheckRequest, outcome: CheckOutcome) -> bool:
     """Write (or, for --diff, only record) one file's fixes. False when the file could not be
     written: nothing was fixed there, so its findings are those from before the fixes."""
-    before = _current_text(result.path, result.source_digest)
     try:
-        if before is None:
-            raise NotWritten("it changed while gradlint was checking it; run again")
         if request.fix and not request.diff:
-            write_fixed(result.path, result.fixed_source, result.source_digest)
+            before = write_fixed(result.path, result.fixed_source, result.source_digest)
+        else:
+            before = _current_text(result.path, result.source_digest)
+            if before is None:
+                raise NotWritten("it changed while gradlint was checking it; run again")
     except NotWritten as error:
         outcome.not_written.append((result.path, str(error)))
         return False

@@ -15,10 +15,11 @@ class NotWritten(Exception):
     """The file was left as it was; the message says why, in one line."""
 
 
-def write_fixed(path: str, fixed: str, expected_digest: str) -> None:
+def write_fixed(path: str, fixed: str, expected_digest: str) -> str:
     """Replace `path`'s text with `fixed` atomically (temp file in the same directory, then rename),
     keeping its byte-order mark and permission bits; newline style is already the file's own, since
-    fixes write the file's newline. Refuses when the file changed after it was checked."""
+    fixes write the file's newline. Refuses when the file changed after it was checked. Returns
+    the text it replaced."""
     target = os.path.realpath(path)  # a symlink stays a symlink; its target gets the new text
     try:
         with open(target, "rb") as handle:
@@ -57,3 +58,4 @@ def write_fixed(path: str, fixed: str, expected_digest: str) -> None:
         except OSError:
             pass
         raise NotWritten(f"cannot write it: {error.strerror or error}") from None
+    return current
