@@ -7,11 +7,13 @@ libcst's visitor).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
 import libcst as cst
 
+from gradlint.names import code
 from gradlint.prescan import child_nodes
+from gradlint.torch_api import TRAINING_ITERABLE
 
 
 @dataclass(frozen=True)
@@ -65,21 +67,17 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-_TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
-
-
 def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     """Whether a call runs once per training step: in a loop (or, outside loops, a function) that
     also steps an optimizer (`.step()`, `.zero_grad()`), or in a loop over a loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
     optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
     if site.loops:
-        empty = cst.Module(body=[])
         for loop in site.loops:
             if any(loop in s.loops for s in optimizer_calls):
                 return True
             iterable = loop.iter if isinstance(loop, cst.For) else loop.test
-            if _TRAINING_ITERABLE.search(empty.code_for_node(iterable)):
+            if TRAINING_ITERABLE.search(code(iterable)):
                 return True
         return False
     return site.function is not None and any(s.function is site.function for s in optimizer_calls)

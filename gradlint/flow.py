@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.names import dotted
+from gradlint.names import code, dotted
 from gradlint.prescan import Prescan, target_names
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
 
@@ -37,8 +37,6 @@ _SCALAR_LIKE = re.compile(
     r"stride|padding|dilation|groups|kernel_size|dim_size|num_\w+|n_\w+|\w+_size|\w+_dim|\w+_dims|"
     r"\w+_shape|is_\w+|use_\w+|deterministic|chunk|chunks)$"
 )
-# Iterables of a training or evaluation loop.
-_LOOP_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
 
 
 def looks_like_module(name: str) -> bool:
@@ -154,12 +152,12 @@ class Walk:
 
 def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
     iterable = node.iter if isinstance(node, cst.For) else node.test
-    iter_text = cst.Module(body=[]).code_for_node(iterable)
+    iter_text = code(iterable)
     fresh = _fresh_names(node.body.body)
     if isinstance(node, cst.For):
         fresh |= set(target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
-    step = id(node) in scan.step_loops or bool(_LOOP_ITERABLE.search(iter_text))
+    step = id(node) in scan.step_loops or bool(api.TRAINING_ITERABLE.search(iter_text))
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
 
 

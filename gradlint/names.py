@@ -10,6 +10,14 @@ from __future__ import annotations
 import libcst as cst
 
 
+_EMPTY_MODULE = cst.Module(body=[])
+
+
+def code(node: cst.CSTNode) -> str:
+    """A node's source text, as libcst prints it."""
+    return _EMPTY_MODULE.code_for_node(node)
+
+
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
     parts: list[str] = []

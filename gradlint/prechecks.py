@@ -8,10 +8,9 @@ loose (a yes only means "look closer"), never stricter than the rules.
 from __future__ import annotations
 
 import ast
-import re
 from typing import Iterator
 
-from gradlint.torch_api import CONTAINER_STORING_METHODS
+from gradlint.torch_api import CONTAINER_STORING_METHODS, STEP_METHODS, TRAINING_ITERABLE
 
 
 
@@ -104,8 +103,6 @@ def _rooted_at(node: ast.expr, name: str) -> bool:
 # a global or closure variable, or a local built across a training or evaluation loop. Most of
 # torch's own files with `.backward(` and `.append(` keep lists local to one test: no libcst.
 
-_STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
-_LOOP_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
@@ -202,7 +199,7 @@ def _mentions(value: ast.expr, target: ast.expr) -> bool:
 
 def _is_step_loop(loop: ast.stmt) -> bool:
     header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
-    if _LOOP_ITERABLE.search(ast.unparse(header)):
+    if TRAINING_ITERABLE.search(ast.unparse(header)):
         return True
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _STEP_METHODS
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in STEP_METHODS
                for n in ast.walk(loop))

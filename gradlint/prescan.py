@@ -190,7 +190,7 @@ class Prescan:
                                         if isinstance(a.value, cst.Name) and a.keyword is None)
             if method == "backward":
                 self.backward_roots.update(_roots(func.value))
-            if method in ("step", "zero_grad", "backward"):
+            if method in api.STEP_METHODS:
                 self.step_loops.update(id(loop) for loop in self._loops)
             if method in api.SHAPE_TAKING_METHODS:
                 self._scalar_args(node)

@@ -6,13 +6,9 @@ import re
 
 import libcst as cst
 
-_EMPTY = cst.Module(body=[])
+from gradlint.names import code
 # Values a running total or a log keeps: a loss, a metric. `.item()` makes them Python floats.
 _SCALAR_NAME = re.compile(r"loss|total|running|sum|acc|metric|err", re.IGNORECASE)
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
 
 
 def _atomic(node: cst.BaseExpression) -> bool:

@@ -5,6 +5,8 @@ Kept apart from the inference so that teaching gradlint a new op is a one-line c
 
 from __future__ import annotations
 
+import re
+
 FUNCTION_BASES = frozenset({
     "torch.autograd.Function",
     "torch.autograd.function.Function",
@@ -195,3 +197,9 @@ ALWAYS_VIEW_METHODS = frozenset({
     "unflatten", "diagonal", "movedim", "swapaxes", "swapdims", "as_strided", "unfold",
 })
 SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})
+
+
+# A loop over one of these is a training or evaluation loop: one iteration is one step.
+TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
+# Calls that make the loop around them a training loop.
+STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
