@@ -5,12 +5,13 @@
     python bench/probe_overhead.py --steps 200 --rounds 5 --scenario module_activations
     python bench/probe_overhead.py --points 4096         # a bigger cloud: more work per op
 
-Rounds alternate a bare block of --steps steps and a probed block (probe(step, steps)), so both
-see the same machine load. Two ratios, medians over the rounds:
-  step ratio  median step time under the probe / median bare step time (what measuring costs
-              each step: the dispatch mode's bookkeeping per aten op);
-  run ratio   the probe() call's whole wall time / (steps x median bare step), which also pays
-              for the gc.collect() every K steps, the graph count and the holder attribution.
+Each round runs a bare block of --steps steps, then probe(step, steps) twice: with the default
+stride (track_every=None: every step unless the tracker would more than double the step, then one
+in K, chosen from the warm-up's timing) and with every step tracked. Medians over the rounds of:
+  step ratio  mean time of a measured step under the probe / mean bare step time (what measuring
+              costs per step, tracked and untracked steps together);
+  run ratio   the probe() call's whole wall time / (steps x mean bare step), which also pays for
+              the warm-up, the gc.collect() every K steps, the graph count and the attribution.
 Goal from issue 4: under 2x while measuring. --threads sets torch's intra-op threads (default 1:
 on a shared 2-core machine the OpenMP spin-wait otherwise dominates small steps).
 
@@ -42,9 +43,15 @@ def main() -> None:
 
     from gradlint.runtime_probe import probe
     from gradlint.runtime_probe.scenarios import common
+    from gradlint.runtime_probe.tracker import _skip_dynamo
 
     class Empty(TorchDispatchMode):
         ops = 0
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # The same one-time Dynamo skip as the tracker, so the floor is like for like.
+            return not _skip_dynamo(cls.__dict__["__torch_dispatch__"].__code__)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             Empty.ops += 1
@@ -60,38 +67,58 @@ def main() -> None:
     with Empty():
         step()
     ops_per_step, Empty.ops = Empty.ops, 0
-    bare_steps, probe_steps, run_ratios, empty_steps = [], [], [], []
+    rows: dict[str, list[float]] = {k: [] for k in ("bare", "bare_median", "empty", "auto", "every", "tracked_median",
+                                                   "auto_run", "stride", "fixed")}
     for _ in range(args.rounds):
         with Empty():
-            times = []
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - start)
-        empty_steps.append(statistics.median(times))
-        times = []
-        for _ in range(args.steps):
+            rows["empty"].append(statistics.median(_time(step, args.steps)))
+        bare = _time(step, args.steps)
+        rows["bare"].append(statistics.mean(bare))
+        rows["bare_median"].append(statistics.median(bare))
+        for key, track_every in (("auto", None), ("every", 1)):
             start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        bare = statistics.median(times)
-        start = time.perf_counter()
-        report = probe(step, args.steps, gc_every=args.gc_every, device="cpu")
-        wall = time.perf_counter() - start
-        bare_steps.append(bare)
-        probe_steps.append(report.median_step_ms / 1000)
-        run_ratios.append(wall / (args.steps * bare))
-    bare, probed = statistics.median(bare_steps), statistics.median(probe_steps)
-    empty = statistics.median(empty_steps)
+            report = probe(step, args.steps, gc_every=args.gc_every, device="cpu", track_every=track_every)
+            wall = time.perf_counter() - start
+            run = report.run
+            # The measured steps only: warm-up is tracked throughout and times the calibration.
+            measured = run.step_seconds[run.warmup:]
+            rows[key].append(statistics.mean(measured))
+            if key == "auto":
+                rows["auto_run"].append(wall / (args.steps * statistics.mean(bare)))
+                rows["stride"].append(report.track_every)
+                rows["fixed"].append(wall - sum(run.step_seconds))
+            else:
+                rows["tracked_median"].append(statistics.median(measured))
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    bare = med["bare"]
     print(f"scenario {args.scenario}: {common.POINTS} points, {args.steps} steps x {args.rounds} rounds, "
           f"{args.threads} thread(s), gc every {args.gc_every}, torch {torch.__version__}")
-    print(f"bare step   median {bare * 1000:8.3f} ms   ({ops_per_step} aten ops per step)")
-    print(f"empty mode  median {empty * 1000:8.3f} ms   {empty / bare:5.2f}x  ({(empty - bare) / ops_per_step * 1e6:.1f} us/op: "
-          "the floor of any dispatch-mode tracker)")
-    print(f"probed step median {probed * 1000:8.3f} ms   ({(probed - bare) / ops_per_step * 1e6:.1f} us/op)")
-    print(f"step ratio  {probed / bare:6.2f}x   (per-round: {', '.join(f'{p / b:.2f}' for p, b in zip(probe_steps, bare_steps))})")
-    print(f"run ratio   {statistics.median(run_ratios):6.2f}x   (whole probe() call incl. collections and attribution)")
+    print(f"bare step        mean {bare * 1000:8.3f} ms   ({ops_per_step} aten ops per step)")
+    print(f"empty mode     median {med['empty'] * 1000:8.3f} ms   {med['empty'] / med['bare_median']:5.2f}x  "
+          f"({(med['empty'] - med['bare_median']) / ops_per_step * 1e6:.1f} us/op: the floor of any dispatch-mode tracker)")
+    print(f"tracked step   median {med['tracked_median'] * 1000:8.3f} ms   {med['tracked_median'] / med['bare_median']:5.2f}x  "
+          f"({(med['tracked_median'] - med['bare_median']) / ops_per_step * 1e6:.1f} us/op)")
+    print(f"every step tracked    {med['every'] * 1000:8.3f} ms   {med['every'] / bare:5.2f}x   "
+          f"(per-round: {_ratios(rows['every'], rows['bare'])})")
+    strides = ", ".join(str(int(k)) for k in rows["stride"])
+    print(f"auto (1 step in {strides}) {med['auto'] * 1000:8.3f} ms   {med['auto'] / bare:5.2f}x   "
+          f"(per-round: {_ratios(rows['auto'], rows['bare'])})  <- the default")
+    print(f"run ratio (auto)      {med['auto_run']:6.2f}x   (whole probe() call incl. warm-up, collections and attribution)")
+    print(f"outside the steps     {med['fixed'] * 1000:8.1f} ms a probe() call (gc.collect() every K steps: three of them "
+          "full collections of every Python object, the graph counts, the attribution): a fixed cost, not per step")
 
+
+def _time(step, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _ratios(probed: list[float], bare: list[float]) -> str:
+    return ", ".join(f"{p / b:.2f}" for p, b in zip(probed, bare))
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ class ProbeReport:
     steps_requested: int
     warmup: int
     gc_every: int
+    track_every: int  # one step in this many after warm-up ran under the tracker
     device: str
     steps_to_oom: float | None
     step_peak_bytes: float  # median transient bytes a step allocates above its start
@@ -60,12 +61,18 @@ def resolve_device(device: str) -> str:
 
 def probe(step: Callable[[], object], steps: int = 100, *, warmup: int = 10, gc_every: int = 10,
           device: str = "auto", name: str | None = None, on_step: Callable[[int], None] | None = None,
-          attribute: bool = True) -> ProbeReport:
-    """Run `step` `steps` times (the first `warmup` unmeasured) and classify its memory growth."""
+          attribute: bool = True, track_every: int | None = None) -> ProbeReport:
+    """Run `step` `steps` times (the first `warmup` unmeasured) and classify its memory growth.
+
+    `track_every=None` tracks every step unless the tracker would more than double a small step;
+    then one step in K (see stride.py). `track_every=1` tracks every step.
+    """
     if steps < 1:
         raise ValueError("steps must be at least 1")
+    if track_every is not None and track_every < 1:
+        raise ValueError("track_every must be at least 1")
     device = resolve_device(device)
-    run = run_steps(step, steps, warmup, gc_every, on_step=on_step, attribute=attribute)
+    run = run_steps(step, steps, warmup, gc_every, on_step=on_step, attribute=attribute, track_every=track_every)
     return assess(run, name or getattr(step, "__qualname__", repr(step)), device)
 
 
@@ -73,13 +80,15 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     peak = statistics.median(run.step_peak_bytes) if run.step_peak_bytes else 0.0
     step_ms = statistics.median(run.step_seconds) * 1000 if run.step_seconds else 0.0
     common = dict(name=name, steps_done=run.steps_done, steps_requested=run.steps_requested, warmup=run.warmup,
-                  gc_every=run.gc_every, device=device, step_peak_bytes=peak, median_step_ms=step_ms,
+                  gc_every=run.gc_every, track_every=run.track_every, device=device, step_peak_bytes=peak, median_step_ms=step_ms,
                   error=run.error, interrupted=run.interrupted, run=run)
     if run.error is not None:
         return ProbeReport(verdict=Verdict.ERROR, reason=f"step {run.error.step} raised {run.error.exception}",
                            bytes_per_step=0.0, graph_nodes_per_step=0.0, confidence=1.0, steps_to_oom=None,
                            heap_bytes_per_step=None, **common)
     measured = run.steps_done - run.warmup
+    # Bytes are counted on tracked steps only, so they are normalised by tracked steps.
+    tracked = max(1, run.tracked_between(run.warmup, run.steps_done))
     after = [c for c in run.collections if c.step > run.warmup]
     series = [c for c in run.collections if c.step >= run.warmup]  # with the warm-up baseline
     heap = [(c.step, c.heap_bytes) for c in after if c.heap_bytes is not None]
@@ -92,13 +101,15 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     # Retained: storages from steady steps that survive the final collection. The last two steps
     # are left out: a cache overwritten each step (or a ctx attribute of the last graph) keeps them.
     last_counted = run.steps_done - 2
-    spread = survivor_spread(run.survivor_steps, run.warmup + 1, last_counted)
-    collected = [(c.step, c.live_after) for c in series]
+    spread = survivor_spread(run.survivor_steps, run.warmup + 1, last_counted,
+                             run.tracked_between(run.warmup, last_counted))
+    collected = [(c.tracked, c.live_after) for c in series]
     slope = robust_slope([s for s, _ in collected], [b for _, b in collected]) if len(collected) >= 2 else 0.0
-    retained_bytes = slope if slope > 0 else run.survivor_bytes / measured
+    retained_bytes = slope if slope > 0 else run.survivor_bytes / tracked
     nodes = [c.graph_nodes for c in series]
     graph_grows = growing(nodes)
-    node_slope = robust_slope([c.step for c in series], nodes) if graph_grows else 0.0
+    # Counted on tracked steps' nodes only (graph.sequence_mark), so per tracked step, like the bytes.
+    node_slope = robust_slope([c.tracked for c in series], nodes) if graph_grows else 0.0
     # Delayed-free: each window's garbage (a cycle holding tensors) that gc.collect() reclaimed.
     reclaims = [c.live_before - c.live_after for c in after]
     reclaiming = sum(1 for r in reclaims if r > 0)
@@ -118,7 +129,8 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
                     holders.append(h)
         what = []
         if spread.steady and retained_bytes > 0:
-            what.append(f"{retained_bytes:.0f} B/step survive gc.collect() (from {spread.steps_with_survivors} of {spread.measured_steps} steps)")
+            what.append(f"{retained_bytes:.0f} B/step survive gc.collect() (from {spread.steps_with_survivors} of {spread.measured_steps} "
+                        f"{'tracked ' if run.track_every > 1 else ''}steps)")
         if graph_grows:
             what.append(f"the autograd graph held by live tensors grows by {node_slope:.1f} nodes/step")
         reason = "; ".join(what)
@@ -127,7 +139,7 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     elif delayed:
         verdict = Verdict.DELAYED_FREE
         holders = list(run.reclaimed_holders)
-        bytes_per_step = sum(reclaims) / measured
+        bytes_per_step = sum(reclaims) / tracked
         reason = (f"{bytes_per_step:.0f} B/step pile up between collections and gc.collect() frees them "
                   f"(in {reclaiming} of {len(reclaims)} windows): a reference cycle")
         confidence = round(reclaiming / len(reclaims), 2)

@@ -29,17 +29,28 @@ def _progress(quiet: bool, total: int, label: str):
     return on_step, bar
 
 
+def _stride(_ctx, _param, value: str) -> int | None:
+    if value == "auto":
+        return None
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise click.BadParameter(f"{value!r} is not auto or a whole number of at least 1")
+
+
 @click.command("probe")
 @click.argument("target", required=False)
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps to run.")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True, help="Unmeasured steps first.")
 @click.option("--gc-every", type=click.IntRange(min=1), default=10, show_default=True,
               help="Run gc.collect() every K steps (the automatic collector is paused while measuring).")
+@click.option("--track-every", "track_every", default="auto", show_default=True, callback=_stride,
+              help="Track one step in K after warm-up. auto: every step unless tracking would more than double "
+                   "a small step (timed in warm-up); 1 for leaks that happen only on some steps.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the reports and the cross-check as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), help="Plot memory per step to a PNG (needs matplotlib).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; print the verdict lines and the table only.")
-def probe(target, steps, warmup, gc_every, device, json_file, plot_file, quiet) -> None:
+def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet) -> None:
     """Run TARGET (FILE.py:FUNCTION or package.module:FUNCTION, a zero-argument training step)
     STEPS times and report whether memory leaks, what holds it, and which static finding agrees.
 
@@ -62,13 +73,13 @@ def probe(target, steps, warmup, gc_every, device, json_file, plot_file, quiet) 
     except ValueError as why:
         _fail(str(why))
     if target is None:
-        code = _selftest(steps, warmup, gc_every, device, json_file, plot_file, quiet, render)
+        code = _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
     else:
-        code = _target(target, steps, warmup, gc_every, device, json_file, plot_file, quiet, render)
+        code = _target(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
     sys.exit(code)
 
 
-def _target(spec, steps, warmup, gc_every, device, json_file, plot_file, quiet, render) -> int:
+def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render) -> int:
     from .api import probe as run_probe
     from .crosscheck import cross_check, files_involved, static_findings
     from .target import TargetError, load_target
@@ -79,7 +90,8 @@ def _target(spec, steps, warmup, gc_every, device, json_file, plot_file, quiet, 
         _fail(str(why))
     on_step, bar = _progress(quiet, steps, "probing")
     try:
-        report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec, on_step=on_step)
+        report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec,
+                           on_step=on_step, track_every=track_every)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -94,7 +106,7 @@ def _target(spec, steps, warmup, gc_every, device, json_file, plot_file, quiet, 
     return 130 if report.interrupted else 0
 
 
-def _selftest(steps, warmup, gc_every, device, json_file, plot_file, quiet, render) -> int:
+def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render) -> int:
     from .scenarios import NAMES
     from .selftest import run_scenario
 
@@ -103,7 +115,8 @@ def _selftest(steps, warmup, gc_every, device, json_file, plot_file, quiet, rend
     for name in NAMES:
         on_step, bar = _progress(quiet, steps, f"{name:<20}")
         try:
-            result = run_scenario(name, steps, warmup=warmup, gc_every=gc_every, device=device, on_step=on_step)
+            result = run_scenario(name, steps, warmup=warmup, gc_every=gc_every, device=device, on_step=on_step,
+                                  track_every=track_every)
         finally:
             if bar is not None:
                 bar.__exit__(None, None, None)

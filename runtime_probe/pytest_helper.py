@@ -22,9 +22,10 @@ class LeakError(AssertionError):
 
 
 def assert_no_leak(step: Callable[[], object], steps: int = 50, *, warmup: int = 10, gc_every: int = 10,
-                   allow_delayed_free: bool = False, device: str = "auto") -> ProbeReport:
+                   allow_delayed_free: bool = False, device: str = "auto",
+                   track_every: int | None = None) -> ProbeReport:
     """Fail (LeakError, an AssertionError) when the step leaks or raises; return the report."""
-    report = probe(step, steps, warmup=warmup, gc_every=gc_every, device=device)
+    report = probe(step, steps, warmup=warmup, gc_every=gc_every, device=device, track_every=track_every)
     if report.error is not None or report.verdict.value == "retained" or (
             report.verdict.value == "delayed-free" and not allow_delayed_free):
         raise LeakError(report)

@@ -29,7 +29,8 @@ def _growth(bytes_per_step: float | None, nodes: float) -> str:
 
 def report_text(report: ProbeReport) -> str:
     lines = [f"gradlint probe: {report.name} ({report.steps_done}/{report.steps_requested} steps, "
-             f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every})"]
+             f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every}"
+             + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "") + ")"]
     if report.interrupted:
         lines.append(f"  interrupted after step {report.steps_done}: a partial report")
     lines.append(f"  verdict: {report.verdict.value}" + (
@@ -81,6 +82,7 @@ def report_dict(report: ProbeReport) -> dict:
         "steps_requested": report.steps_requested,
         "warmup": report.warmup,
         "gc_every": report.gc_every,
+        "track_every": report.track_every,
         "device": report.device,
         "steps_to_oom": report.steps_to_oom,
         "step_peak_bytes": report.step_peak_bytes,
@@ -91,6 +93,7 @@ def report_dict(report: ProbeReport) -> dict:
         "holders": [asdict(h) for h in report.holders],
         "series": {
             "live_bytes": run.live_bytes if run else [],
+            "tracked": run.step_tracked if run else [],
             "collections": [asdict(c) for c in run.collections] if run else [],
         },
     }
@@ -127,19 +130,22 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
         # Zero is the live set right after the warm-up collection.
         baseline = [c.live_after for c in run.collections if c.step == run.warmup]
         base = baseline[0] if baseline else run.live_bytes[0]
-        steps = list(range(1, len(run.live_bytes) + 1))
-        line, = ax.plot(steps, [(b - base) / 1024 for b in run.live_bytes], lw=max(0.8, 3.6 - 0.35 * index),
-                        ls=styles[index % len(styles)], alpha=0.85, label=f"{report.name} ({report.verdict.value})")
+        # Only tracked steps: an untracked step adds nothing the tracker could see.
+        points = [(s, b) for s, (b, on) in enumerate(zip(run.live_bytes, run.step_tracked), 1) if on]
+        line, = ax.plot([s for s, _ in points], [(b - base) / 1024 for _, b in points], lw=max(0.8, 3.6 - 0.35 * index),
+                        ls=styles[index % len(styles)], alpha=0.85,
+                        label=f"{report.name} ({report.verdict.value}"
+                              + (f", 1 step in {report.track_every} tracked" if report.track_every > 1 else "") + ")")
         cs = [c for c in run.collections]
         ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], markers[index % len(markers)],
                 ms=4, mfc="none", color=line.get_color())
     ax.axvline(reports[0].warmup if reports else 0, color="grey", ls=":", lw=1)
     ax.set_xlabel("step")
     ax.set_ylabel("live tensor KiB above warm-up")
-    ax.text(0.01, 0.98, "line: after each step (collector paused); dots: after gc.collect()",
+    ax.text(0.01, 0.98, "line: after each tracked step (collector paused); dots: after gc.collect()",
             transform=ax.transAxes, va="top", fontsize=8)
     ax.set_title("gradlint probe: live tensor memory per step")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, 0.94))
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=110)
     plt.close(fig)

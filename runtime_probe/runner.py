@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import graph, signals
+from .stride import StridePlan
 from .attribute import Holder, display_path, find_holders
 from .tracker import LiveStorageTracker, StorageRecord
 
@@ -33,7 +34,8 @@ class Collection:
     step: int
     live_before: int  # live bytes before gc.collect()
     live_after: int
-    graph_nodes: int  # autograd nodes reachable from live tensors
+    graph_nodes: int  # autograd nodes reachable from live tensors and made in a tracked step after warm-up
+    tracked: int  # tracked steps after warm-up so far: the x axis for bytes per step
     heap_bytes: int | None  # glibc mallinfo2, after collection
     cuda_bytes: int | None
 
@@ -43,12 +45,15 @@ class Run:
     steps_requested: int
     warmup: int
     gc_every: int
+    track_every: int = 1  # one step in this many ran under the tracker after warm-up
     live_bytes: list[int] = field(default_factory=list)  # after each step, before any collection
-    step_peak_bytes: list[int] = field(default_factory=list)  # highest live bytes during a step, above its start
+    step_tracked: list[bool] = field(default_factory=list)
+    step_peak_bytes: list[int] = field(default_factory=list)  # tracked steps: highest live bytes above the start
     step_seconds: list[float] = field(default_factory=list)
     collections: list[Collection] = field(default_factory=list)
     error: StepError | None = None
     interrupted: bool = False
+    node_ranges: list[tuple[int, int]] = field(default_factory=list)  # tracked steps' autograd sequence numbers
     survivor_steps: set[int] = field(default_factory=set)
     survivor_bytes: int = 0
     reclaimed_holders: list[Holder] = field(default_factory=list)  # what held storages gc.collect() freed
@@ -59,53 +64,74 @@ class Run:
     def steps_done(self) -> int:
         return len(self.live_bytes)
 
+    def tracked_between(self, first: int, last: int) -> int:
+        """Tracked steps s with first < s <= last."""
+        return sum(1 for s, on in enumerate(self.step_tracked, 1) if on and first < s <= last)
+
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,
-              on_step: Callable[[int], None] | None = None, attribute: bool = True) -> Run:
+              on_step: Callable[[int], None] | None = None, attribute: bool = True,
+              track_every: int | None = None) -> Run:
     warmup = max(0, min(warmup, steps // 2))
-    # At least four collections after warm-up: a growing graph is judged on the collected series.
-    gc_every = max(1, min(gc_every, (steps - warmup) // 4))
+    plan = StridePlan(steps, warmup, track_every)
     run = Run(steps, warmup, gc_every)
+    if warmup == 0:
+        run.gc_every = plan.decide(gc_every)
+    run.track_every = plan.every
     tracker = LiveStorageTracker()
     was_enabled = gc.isenabled()
     gc.disable()
     frozen = False
     attributed_reclaim = False
     try:
-        with tracker:
-            for i in range(1, steps + 1):
-                tracker.begin_step(i)
-                start_live = tracker.live_bytes
-                start = time.perf_counter()
-                try:
+        for i in range(1, steps + 1):
+            tracked = plan.tracked(i)
+            tracker.begin_step(i)
+            start_live = tracker.live_bytes
+            marked = tracked and i > warmup
+            first_node = graph.sequence_mark() if marked else 0
+            start = time.perf_counter()
+            try:
+                if tracked:
+                    with tracker:
+                        step()
+                else:
                     step()
-                except Exception as exc:  # noqa: BLE001 - the user's step: any exception is a finding
-                    run.error = StepError(i, f"{type(exc).__name__}: {exc}", _user_frame(exc))
-                    break
-                run.step_seconds.append(time.perf_counter() - start)
-                run.live_bytes.append(tracker.live_bytes)
+            except Exception as exc:  # noqa: BLE001 - the user's step: any exception is a finding
+                run.error = StepError(i, f"{type(exc).__name__}: {exc}", _user_frame(exc))
+                break
+            seconds = time.perf_counter() - start
+            if marked:
+                run.node_ranges.append((first_node, graph.sequence_mark()))
+            plan.observe(i, tracked, seconds)
+            run.step_seconds.append(seconds)
+            run.live_bytes.append(tracker.live_bytes)
+            run.step_tracked.append(tracked)
+            if tracked:
                 run.step_peak_bytes.append(tracker.peak_bytes - start_live)
-                if i == warmup:
-                    _collect(tracker, run, i)  # the baseline the growth is measured from
-                    # Freezing what exists now makes each later collection cheap (it skips the
-                    # ~165k objects torch itself owns); objects made after warm-up are still seen.
+            if i == warmup:
+                run.gc_every = plan.decide(gc_every)
+                run.track_every = plan.every
+                _collect(tracker, run, i)  # the baseline the growth is measured from
+                # Freezing what exists now makes each later collection cheap (it skips the
+                # ~165k objects torch itself owns); objects made after warm-up are still seen.
+                gc.freeze()
+                frozen = True
+            elif i > warmup and (i - warmup) % run.gc_every == 0 and i < steps:
+                if attribute and not attributed_reclaim and run.tracked_between(warmup, i - 1) >= 1:
+                    # The referrer walk needs every object visible: gc.get_referrers skips frozen ones.
+                    gc.unfreeze()
+                    pending = _name_reclaim_candidates(tracker, run.warmup, i)
+                    _collect(tracker, run, i)
+                    run.reclaimed_holders = _reclaimed(pending, run.tracked_between(run.warmup, i - 1))
+                    attributed_reclaim = True
+                    # Freeze again (gc.get_freeze_count() would say whether to, but it walks
+                    # the whole frozen list: ~22 ms a call, measured).
                     gc.freeze()
-                    frozen = True
-                elif i > warmup and (i - warmup) % gc_every == 0 and i < steps:
-                    if attribute and not attributed_reclaim and i - warmup >= 2:
-                        # The referrer walk needs every object visible: gc.get_referrers skips frozen ones.
-                        gc.unfreeze()
-                        pending = _name_reclaim_candidates(tracker, run.warmup, i)
-                        _collect(tracker, run, i)
-                        run.reclaimed_holders = _reclaimed(pending, i - 1 - run.warmup)
-                        attributed_reclaim = True
-                        # Freeze again (gc.get_freeze_count() would say whether to, but it walks
-                        # the whole frozen list: ~22 ms a call, measured).
-                        gc.freeze()
-                    else:
-                        _collect(tracker, run, i)
-                if on_step is not None:
-                    on_step(i)
+                else:
+                    _collect(tracker, run, i)
+            if on_step is not None:
+                on_step(i)
     except KeyboardInterrupt:
         run.interrupted = True
     try:
@@ -114,11 +140,11 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
         if run.error is None and run.steps_done > run.warmup:
             last = run.steps_done
             pending = None
-            if attribute and not attributed_reclaim and last - run.warmup >= 2:
+            if attribute and not attributed_reclaim and run.tracked_between(run.warmup, last - 1) >= 1:
                 pending = _name_reclaim_candidates(tracker, run.warmup, last)
             _collect(tracker, run, last)
             if pending is not None:
-                run.reclaimed_holders = _reclaimed(pending, last - 1 - run.warmup)
+                run.reclaimed_holders = _reclaimed(pending, run.tracked_between(run.warmup, last - 1))
             # The last two steps are not steady state: a cache overwritten each step, or the
             # gradients set_to_none makes anew, still hold them.
             survivors = [r for r in tracker.survivors(run.warmup) if r.step <= last - 2]
@@ -138,8 +164,9 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
 def _collect(tracker: LiveStorageTracker, run: Run, step: int) -> None:
     before = tracker.live_bytes
     gc.collect()
-    run.collections.append(Collection(step, before, tracker.live_bytes, graph.reachable_nodes(tracker.live_tensors()),
-                                      signals.heap_bytes(), signals.cuda_allocated()))
+    run.collections.append(Collection(step, before, tracker.live_bytes, graph.reachable_nodes(tracker.live_tensors(), run.node_ranges),
+                                      run.tracked_between(run.warmup, step), signals.heap_bytes(),
+                                      signals.cuda_allocated()))
 
 
 def _user_frame(exc: BaseException) -> str:
@@ -206,7 +233,7 @@ def _holders_for(tracker: LiveStorageTracker, records: dict[int, StorageRecord],
 def _name_reclaim_candidates(tracker: LiveStorageTracker, warmup: int, step: int):
     # Storages from earlier steps of this window still alive before collection, named now:
     # after gc.collect() the ones in a cycle are gone.
-    candidates = {k: r for k, r in list(tracker.records.items()) if warmup < r.step < step and r.ref() is not None}
+    candidates = {k: r for k, r in list(tracker.records.items()) if warmup < r.step < step and r() is not None}
     return candidates, (_holders_for(tracker, candidates) if candidates else {})
 
 
@@ -214,7 +241,7 @@ def _reclaimed(pending, window: int) -> list[Holder]:
     candidates, grouped = pending
     holders = []
     for holder, keys in grouped.values():
-        freed = [candidates[k] for k in keys if candidates[k].ref() is None]
+        freed = [candidates[k] for k in keys if candidates[k]() is None]
         if freed:
             holder.bytes_per_step = sum(r.nbytes for r in freed) / max(1, window)
             holder.verdict = "delayed-free"
@@ -229,7 +256,7 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     records = {id(r): r for r in survivors}
     keyed = {k: r for k, r in list(tracker.records.items()) if id(r) in records}
     records = keyed
-    measured = max(1, run.steps_done - 2 - run.warmup)
+    measured = max(1, run.tracked_between(run.warmup, run.steps_done - 2))
     holders = []
     for holder, keys in _holders_for(tracker, records).values():
         holder.bytes_per_step = sum(records[k].nbytes for k in keys) / measured

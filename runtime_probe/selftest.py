@@ -44,26 +44,27 @@ def load_scenario(name: str):
 
 
 def run_scenario(name: str, steps: int = 100, *, warmup: int = 10, gc_every: int = 10, device: str = "cpu",
-                 on_step: Callable[[int], None] | None = None) -> ScenarioResult:
+                 on_step: Callable[[int], None] | None = None, track_every: int | None = None) -> ScenarioResult:
     module = load_scenario(name)
     report = probe(module.make_step(device), steps, warmup=warmup, gc_every=gc_every, device=device,
-                   name=name, on_step=on_step)
+                   name=name, on_step=on_step, track_every=track_every)
     findings = static_findings([module.__file__])
     result = ScenarioResult(name, module.__file__, module.EXPECTED_VERDICT, tuple(module.EXPECTED_CODES), report,
                             tuple(sorted({f.code for f in findings})))
     result.rows = cross_check(report, findings, scenario=name)
     for variant in getattr(module, "COMPARE", ()):
         other = probe(module.make_step(device, variant), max(steps // 4, 12), warmup=min(warmup, 4),
-                      gc_every=gc_every, device=device, name=f"{name}[{variant}]", attribute=False)
+                      gc_every=gc_every, device=device, name=f"{name}[{variant}]", attribute=False,
+                      track_every=track_every)
         result.comparison[variant] = other.step_peak_bytes
     return result
 
 
 def run_all(steps: int = 100, *, warmup: int = 10, gc_every: int = 10, device: str = "cpu",
             names: tuple[str, ...] = NAMES, on_scenario: Callable[[str], Callable[[int], None] | None] | None = None,
-            ) -> list[ScenarioResult]:
+            track_every: int | None = None) -> list[ScenarioResult]:
     results = []
     for name in names:
         results.append(run_scenario(name, steps, warmup=warmup, gc_every=gc_every, device=device,
-                                    on_step=on_scenario(name) if on_scenario else None))
+                                    on_step=on_scenario(name) if on_scenario else None, track_every=track_every))
     return results

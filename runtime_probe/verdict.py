@@ -51,14 +51,14 @@ class Spread:
         return round(min(1.0, self.quarters_hit / 4 * min(1.0, 2 * self.steps_with_survivors / self.measured_steps)), 2)
 
 
-def survivor_spread(survivor_steps: set[int], first: int, last: int) -> Spread:
-    """Survivor creation steps within [first, last]."""
+def survivor_spread(survivor_steps: set[int], first: int, last: int, tracked: int | None = None) -> Spread:
+    """Survivor creation steps within [first, last], of which `tracked` (default: all) were measured."""
     inside = {s for s in survivor_steps if first <= s <= last}
     n = last - first + 1
     if n <= 0:
         return Spread(0, 0, 0)
     quarters = {min(3, (s - first) * 4 // n) for s in inside}
-    return Spread(len(inside), n, len(quarters))
+    return Spread(len(inside), n if tracked is None else tracked, len(quarters))
 
 
 def growing(values: list[int]) -> bool:

@@ -51,6 +51,20 @@ def test_a_clean_target_exits_0_and_shows_unmeasured_static_findings_honestly():
     assert "static-only" in result.output and "runtime-only" not in result.output
 
 
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_track_every_is_a_usage_error(value):
+    result = run(f"{STEPS}:clean_step", "--track-every", value)
+    assert result.exit_code == 2
+    assert "--track-every" in result.output and "Traceback" not in result.output
+
+
+def test_a_stride_is_shown_in_the_report_header():
+    pytest.importorskip("torch")
+    result = run(f"{STEPS}:keep_losses", "--steps", "100", "--track-every", "4", "--quiet")
+    assert result.exit_code == 1, result.output
+    assert "tracking 1 step in 4)" in result.output and "verdict: retained  4 B/step" in result.output
+
+
 def test_a_raising_step_exits_1_with_the_step_number():
     pytest.importorskip("torch")
     result = run(f"{STEPS}:raising_step", "--steps", "20", "--quiet")

@@ -30,6 +30,10 @@ def test_the_cycle_on_ctx_is_freed_by_collection_but_the_view_cycle_is_not():
     # Same [128, 16] float32 output per step; only the view's cycle survives gc.collect().
     assert delayed.bytes_per_step == retained.bytes_per_step == 128 * 16 * 4
     assert all(c.live_before > c.live_after for c in delayed.run.collections[1:])
+    # The scenarios stand for user code: the creation line is the scenario's, not a caller's above.
+    for report, name in ((delayed, "output_on_ctx"), (retained, "view_on_ctx")):
+        sites = report.holders[0].created_at
+        assert sites and all(f"scenarios/{name}.py:" in site for site in sites), sites
 
 
 def test_int64_index_costs_twice_the_int32_bytes_per_step_but_does_not_grow():
@@ -45,3 +49,9 @@ def test_no_target_runs_the_self_test_and_exits_0_when_all_scenarios_match():
     assert result.exit_code == 0, result.output
     assert f"{len(NAMES)} of {len(NAMES)} scenarios match what they declare" in result.output
     assert "KNNMeanScatter.ctx.out" in result.output and "confirmed" in result.output
+
+
+def test_the_self_test_still_matches_when_tracking_one_step_in_three():
+    result = CliRunner().invoke(probe, ["--steps", "100", "--track-every", "3", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(NAMES)} of {len(NAMES)} scenarios match what they declare" in result.output

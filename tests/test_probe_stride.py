@@ -1,0 +1,101 @@
+"""Tracking one step in K: which steps run under the tracker, and that the verdicts hold with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gradlint.runtime_probe.stride import MIN_TRACKED, StridePlan
+
+
+def calibrated(tracked_s: float, bare_s: float, steps: int = 100, warmup: int = 10) -> StridePlan:
+    plan = StridePlan(steps, warmup, None)
+    for i in range(1, warmup + 1):
+        on = plan.tracked(i)
+        plan.observe(i, on, tracked_s if on else bare_s)
+    return plan
+
+
+def test_warm_up_is_tracked_except_the_alternating_calibration_steps():
+    plan = StridePlan(100, 10, None)
+    assert [plan.tracked(i) for i in range(1, 11)] == [True] * 4 + [False, True] * 3
+    # Explicit stride, or too short a warm-up to time: every warm-up step is tracked.
+    assert all(StridePlan(100, 10, 3).tracked(i) for i in range(1, 11))
+    assert all(StridePlan(100, 6, None).tracked(i) for i in range(1, 7))
+
+
+def test_the_stride_brings_the_mean_step_under_the_target():
+    plan = calibrated(tracked_s=2.6e-3, bare_s=1.0e-3)
+    assert plan.decide(10) == 8 and plan.every == 4  # 1 + 1.6/4 = 1.4x; collections every 8 steps
+    cheap = calibrated(tracked_s=1.3e-3, bare_s=1.0e-3)
+    assert cheap.decide(10) == 10 and cheap.every == 1
+
+
+def test_the_stride_leaves_enough_tracked_steps_and_collections_land_on_tracked_steps():
+    plan = calibrated(tracked_s=50e-3, bare_s=1.0e-3, steps=100)
+    interval = plan.decide(10)
+    assert plan.every == (100 - 10 - 2) // MIN_TRACKED
+    assert interval % plan.every == 0
+    measured = [i for i in range(11, 101) if plan.tracked(i)]
+    assert len(measured) >= MIN_TRACKED
+    assert all(plan.tracked(i) for i in range(11, 101) if (i - 10) % interval == 0)
+    assert plan.tracked(99) and plan.tracked(100)  # the last two: the final graph count sees them
+    short = calibrated(tracked_s=50e-3, bare_s=1.0e-3, steps=40)
+    short.decide(10)
+    assert short.every == 1
+
+
+torch = pytest.importorskip("torch")
+
+from gradlint.runtime_probe import Verdict, probe  # noqa: E402
+from gradlint.runtime_probe.target import load_target  # noqa: E402
+
+STEPS = Path(__file__).parent / "probe_targets" / "train_steps.py"
+
+
+def step(name: str):
+    return load_target(f"{STEPS}:{name}").step
+
+
+def test_with_a_stride_a_leak_is_still_measured_per_step_exactly():
+    report = probe(step("keep_losses"), steps=100, track_every=3)
+    assert report.track_every == 3 and report.gc_every == 9
+    assert report.verdict is Verdict.RETAINED
+    assert report.bytes_per_step == pytest.approx(4.0)
+    assert [h.subject for h in report.holders] == ["losses"]
+    # Each kept loss holds its own graph; only tracked steps' nodes are counted, per tracked step.
+    assert report.graph_nodes_per_step == probe(step("keep_losses"), steps=100, track_every=1).graph_nodes_per_step > 0
+    tracked = report.run.step_tracked
+    assert tracked[10:].count(True) == 30 + 1  # steps 13, 16, ..., 100 and step 99
+
+
+def test_with_a_stride_the_cycle_is_delayed_free_and_the_view_retained_at_their_true_size():
+    cycle = probe(step("output_on_ctx"), steps=100, track_every=3)
+    assert cycle.verdict is Verdict.DELAYED_FREE
+    assert cycle.bytes_per_step == pytest.approx(8 * 4 * 4, rel=0.1)
+    assert cycle.holders[0].subject == "ScatterMean.ctx.out"
+    view = probe(step("view_on_ctx"), steps=100, track_every=3)
+    assert view.verdict is Verdict.RETAINED
+    assert view.bytes_per_step == pytest.approx(8 * 4 * 4)
+
+
+def test_with_a_stride_a_growing_graph_is_still_seen():
+    report = probe(step("accumulate_loss"), steps=100, track_every=4)
+    assert report.verdict is Verdict.RETAINED
+    # One chain through every step: still counted per step, not four steps' worth per tracked step.
+    assert report.graph_nodes_per_step == probe(step("accumulate_loss"), steps=100, track_every=1).graph_nodes_per_step >= 5
+    assert [h.subject for h in report.holders] == ["total_loss"]
+
+
+def test_with_a_stride_clean_code_stays_clean_over_repeated_runs():
+    clean = step("clean_step")
+    for every in (2, 3, 5):
+        report = probe(clean, steps=100, track_every=every)
+        assert report.verdict is Verdict.CLEAN, (every, report.reason)
+        assert not report.holders
+
+
+def test_track_every_must_be_positive():
+    with pytest.raises(ValueError, match="track_every"):
+        probe(step("clean_step"), steps=12, track_every=0)
