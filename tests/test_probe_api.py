@@ -113,3 +113,12 @@ def test_assert_no_leak_passes_clean_code_and_fails_a_leak_with_the_report():
     assert assert_no_leak(step("clean_step"), steps=30).verdict is Verdict.CLEAN
     with pytest.raises(LeakError, match="held by losses"):
         assert_no_leak(step("keep_losses"), steps=30)
+
+
+def test_a_step_through_a_compiled_model_is_probed_like_an_eager_one():
+    compiled = Path(__file__).parent / "probe_targets" / "compiled_steps.py"
+    clean = probe(load_target(f"{compiled}:clean_step").step, steps=60)
+    assert clean.verdict is Verdict.CLEAN, clean.reason
+    leak = probe(load_target(f"{compiled}:keep_losses").step, steps=60)
+    assert leak.verdict is Verdict.RETAINED and leak.bytes_per_step == pytest.approx(4.0)
+    assert [h.subject for h in leak.holders] == ["losses"]
