@@ -104,8 +104,8 @@ def main() -> None:
     print(f"auto (1 step in {strides}) {med['auto'] * 1000:8.3f} ms   {med['auto'] / bare:5.2f}x   "
           f"(per-round: {_ratios(rows['auto'], rows['bare'])})  <- the default")
     print(f"run ratio (auto)      {med['auto_run']:6.2f}x   (whole probe() call incl. warm-up, collections and attribution)")
-    print(f"outside the steps     {med['fixed'] * 1000:8.1f} ms a probe() call (gc.collect() every K steps: three of them "
-          "full collections of every Python object, the graph counts, the attribution): a fixed cost, not per step")
+    print(f"outside the steps     {med['fixed'] * 1000:8.1f} ms a probe() call (the gc.collect() every K steps, one of them "
+          "over every Python object, the graph counts, the attribution): a fixed cost, not per step")
 
 
 def _time(step, n: int) -> list[float]:

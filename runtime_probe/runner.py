@@ -119,15 +119,13 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                 frozen = True
             elif i > warmup and (i - warmup) % run.gc_every == 0 and i < steps:
                 if attribute and not attributed_reclaim and run.tracked_between(warmup, i - 1) >= 1:
-                    # The referrer walk needs every object visible: gc.get_referrers skips frozen ones.
-                    gc.unfreeze()
+                    # Still frozen: gc.get_referrers does not see what existed at the end of
+                    # warm-up, but a cycle gc.collect() can free was made after it, and unfreezing
+                    # would make this collection a full one (~150 ms over torch's objects).
                     pending = _name_reclaim_candidates(tracker, run.warmup, i)
                     _collect(tracker, run, i)
                     run.reclaimed_holders = _reclaimed(pending, run.tracked_between(run.warmup, i - 1))
                     attributed_reclaim = True
-                    # Freeze again (gc.get_freeze_count() would say whether to, but it walks
-                    # the whole frozen list: ~22 ms a call, measured).
-                    gc.freeze()
                 else:
                     _collect(tracker, run, i)
             if on_step is not None:
@@ -135,14 +133,18 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
     except KeyboardInterrupt:
         run.interrupted = True
     try:
-        if frozen:
-            gc.unfreeze()
         if run.error is None and run.steps_done > run.warmup:
             last = run.steps_done
             pending = None
             if attribute and not attributed_reclaim and run.tracked_between(run.warmup, last - 1) >= 1:
                 pending = _name_reclaim_candidates(tracker, run.warmup, last)
+            # Like every collection after warm-up, a frozen one: garbage that is part of what
+            # warm-up made stays for the normal collector; a full pass costs ~150 ms here.
             _collect(tracker, run, last)
+            if frozen:
+                # The holders of survivors may predate the freeze (a module's list, a global).
+                gc.unfreeze()
+                frozen = False
             if pending is not None:
                 run.reclaimed_holders = _reclaimed(pending, run.tracked_between(run.warmup, last - 1))
             # The last two steps are not steady state: a cache overwritten each step, or the
@@ -156,6 +158,8 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
+        if frozen:
+            gc.unfreeze()
         if was_enabled:
             gc.enable()
     return run
