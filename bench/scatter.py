@@ -7,7 +7,8 @@ Cases: N rows x D float32 into T targets (default 1e6 x 64 into 1e5), the same w
 skewed index (target = floor(T * u**4), u uniform: the hottest target gets ~(1/T)**0.25 of the
 rows, 5.6% at T = 1e5). Variants run round-robin, one rep of each per round, so a noisy
 neighbour slows them alike, in a new (seeded) order each round; each timed rep runs right after an
-untimed one of the same variant. Times are medians and ratios come from the same run.
+untimed one of the same variant. Times are medians; the target ratios are medians of per-round
+ratios, with their quartiles in brackets, all from the same run.
 
 Targets (issue 3). CPU: deterministic with int64 no slower than index_add_ int64, and int32 no
 slower than int64. CUDA: deterministic within 1.3x of atomic, atomic at >= 60% of the memory
@@ -70,7 +71,8 @@ def timed(fn: Callable[[], torch.Tensor], device: str) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def medians(fns: dict[str, Callable[[], torch.Tensor]], reps: int, device: str) -> dict[str, float]:
+def sample(fns: dict[str, Callable[[], torch.Tensor]], reps: int, device: str) -> dict[str, list[float]]:
+    """Per variant, one time per round (ms), rounds in the same order for every variant."""
     for fn in fns.values():  # warm-up: first touch of pages, allocator, sort scratch
         fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
@@ -87,7 +89,15 @@ def medians(fns: dict[str, Callable[[], torch.Tensor]], reps: int, device: str) 
         for name in order:
             fns[name]()
             samples[name].append(timed(fns[name], device))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def paired(samples: dict[str, list[float]], num: str, den: str) -> tuple[float, float, float]:
+    """Median and quartiles of num/den taken round by round: both ran in the same round, so a slow
+    spell of the machine moves both. The quartiles say how far apart two runs of the bench can land."""
+    ratios = sorted(a / b for a, b in zip(samples[num], samples[den]))
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    return statistics.median(ratios), quartiles[0], quartiles[2]
 
 
 def check_correct(src, index, targets, fns) -> list[str]:
@@ -161,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     for case, (src, index) in make_cases(rows, args.dim, targets, device, torch.Generator().manual_seed(0)).items():
         fns = variants(src, index, targets, device)
         failures += [f"{case}: {p}" for p in check_correct(src, index, targets, fns)]
-        times = medians(fns, args.reps, device)
+        samples = sample(fns, args.reps, device)
+        times = {name: statistics.median(values) for name, values in samples.items()}
         base = times["index_add_ int64"]
         for name, ms in times.items():
             line = f"{case:<16} {name:<22} {ms:>10.1f} {ms / base:>20.2f}"
@@ -173,14 +184,15 @@ def main(argv: list[str] | None = None) -> int:
             bytes_moved("atomic int64", src, index, targets) / (times["atomic int64"] * 1e6) / bandwidth
             if bandwidth else None
         )
-        summary[case] = (times, atomic_share)
+        summary[case] = (times, atomic_share, samples)
 
     print()
-    for case, (t, atomic_share) in summary.items():
+    for case, (t, atomic_share, samples) in summary.items():
         if device == "cpu":
-            print(f"{case}: deterministic int64 / index_add_ int64 = "
-                  f"{t['deterministic int64'] / t['index_add_ int64']:.2f} (target <= 1), "
-                  f"int32 / int64 = {t['deterministic int32'] / t['deterministic int64']:.2f} (target <= 1)")
+            det, det_lo, det_hi = paired(samples, "deterministic int64", "index_add_ int64")
+            i32, i32_lo, i32_hi = paired(samples, "deterministic int32", "deterministic int64")
+            print(f"{case}: deterministic int64 / index_add_ int64 = {det:.2f} [{det_lo:.2f}-{det_hi:.2f}] "
+                  f"(target <= 1), int32 / int64 = {i32:.2f} [{i32_lo:.2f}-{i32_hi:.2f}] (target <= 1)")
         else:
             print(f"{case}: deterministic / atomic (int64) = "
                   f"{t['deterministic int64'] / t['atomic int64']:.2f} (target <= 1.3), "
