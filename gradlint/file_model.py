@@ -196,7 +196,7 @@ class FileModel:
                         b in api.FUNCTION_BASES or b in function_names for b in info.bases):
                     function_names.add(name)
                     changed = True
-                if name not in module_names and any(_is_module_base(b) or b in module_names for b in info.bases):
+                if name not in module_names and any(is_module_base(b) or b in module_names for b in info.bases):
                     module_names.add(name)
                     changed = True
                 if name not in lightning_names and any(b in api.LIGHTNING_BASES or b in lightning_names for b in info.bases):
@@ -474,7 +474,7 @@ def leading_params(function: cst.FunctionDef) -> int:
     return 1 if any(dotted(d.decorator) == "classmethod" for d in function.decorators) else 0
 
 
-def _is_module_base(name: str) -> bool:
+def is_module_base(name: str) -> bool:
     if name in api.MODULE_BASES:
         return True
     if name.startswith("torch.nn.") and name.count(".") == 2:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradlint import prechecks
+from gradlint import graph_store_precheck
 from gradlint.file_model import FileModel
 import libcst as cst
 
@@ -141,7 +141,7 @@ class Trainer:
     )
 
     def precheck(self, tree) -> bool:
-        return prechecks.may_store_across_steps(tree)
+        return graph_store_precheck.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for walk in model.walks:

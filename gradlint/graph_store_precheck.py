@@ -1,0 +1,712 @@
+"""GL103/GL104's precheck: may this file keep a graph-attached value past a training step?
+
+Both rules report a graph-attached value kept where it outlives the step, and flow.py settles
+both halves inside the one function it walks (or the module's top level), never across them:
+- the target outlives the step only when it is an attribute, a global or closure variable, a
+  parameter (GL103 only) or a local updated inside a training loop; GL104 also needs the new
+  value to read its target (`total = total + loss`, or through a local), and neither looks at
+  a module's own attributes in its forward (GL102 does);
+- the value is graph-attached only when that function computes it from a module call (a name,
+  attribute or parameter named like a module, a torch.nn class, a module class of the file, or
+  in a module class's method what its __init__ put on self), an nn.Parameter used in an op, or
+  a name backward() is called on; an unknown function's result never is.
+The first pass collects every function's stores and cheap facts; only a function with a store
+that outlives the step and some source of graph-attached values gets its values traced
+(_GraphValues, flow's evaluation widened to "may"). Torch 2.x's own sources: 143 of the 172
+files with GL103/GL104's markers passed the earlier test (any store into an attribute), 1
+passes this one, and it holds a finding. Keep _GraphValues in step with flow.py: a source of
+graph-attached values it does not know drops findings (tests/test_prechecks.py runs the corpus).
+Known gap: flow reads a loop header's text with its comments, CPython's tree keeps none; a
+header over several lines counts as a training loop here, except one whose body starts on the
+header's last line (`for b in (data  # epochs\n): total += loss`).
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+from functools import cached_property, lru_cache
+from typing import Iterator, NamedTuple
+
+from gradlint.file_model import is_module_base
+from gradlint.flow import looks_like_module
+from gradlint.torch_api import (CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
+                                MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
+                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_tensor_op)
+
+
+def may_store_across_steps(tree: ast.Module) -> bool:
+    """Whether some function (or the top level) may store a graph-attached value where it
+    outlives the step. A no means neither GL103 nor GL104 can report anything in the file."""
+    global _last_answer
+    if _last_answer is None or _last_answer[0]() is not tree:
+        facts = _FileFacts(tree)
+        _last_answer = (weakref.ref(tree), any(scope.may_keep_graph(facts) for scope in facts.scopes))
+    return _last_answer[1]
+
+
+# GL103 and GL104 ask of the same tree one after the other: the second gets the first's answer.
+_last_answer: tuple[weakref.ref, bool] | None = None
+
+
+# What a store site keeps, for the function it is in (see _Scope.store_outlives_step).
+_CONTAINER = "container"  # x.append(v), x[k] = v: the target is the container x
+_AUGMENTED_NAME = "augmented name"  # total += v
+_AUGMENTED_ATTRIBUTE = "augmented attribute"  # self.total += v, self.buf += [v]
+_CHAINED_NAME = "chained name"  # total = <reads total>
+_CHAINED_ATTRIBUTE = "chained attribute"  # self.h = <reads self.h>
+_SETATTR = "setattr"  # setattr(self, "h", <reads self.h>)
+
+
+# Values flow.py never finds graph-attached: literals, f-strings, comparisons (`self.n += 1`).
+_NEVER_GRAPH = frozenset({ast.Constant, ast.JoinedStr, ast.Compare})
+
+
+class _Site(NamedTuple):
+    """One store a rule may report, as the first pass finds it."""
+
+    kind: str
+    target: ast.AST | str
+    values: tuple[ast.expr, ...]  # what is stored (every argument of a container method)
+    loops: tuple[ast.stmt, ...]
+    unpacked: bool = False  # the target gets one element of the value: `a, self.h = pair`
+
+
+_AUTOGRAD_CALLS = ("torch.autograd.", "autograd.")
+
+
+@lru_cache(maxsize=4096)
+def _module_like(name: str) -> bool:
+    """looks_like_module runs two regexes; the same few thousand names come back in every file."""
+    return looks_like_module(name)
+
+
+class _Class:
+    def __init__(self, name: str, bases: list[str]):
+        self.name = name
+        self.bases = bases  # qualified as FileModel does: with the imports read before the class
+        self.methods: dict[str, _Scope] = {}
+
+
+class _Scope:
+    """What one function (or the module's top level) holds, in the terms flow.py decides by."""
+
+    def __init__(self, node: ast.AST, owner: _Class | None):
+        self.node = node
+        self.owner = owner  # the class the def is directly in
+        # Names the function binds itself (prescan's assigned and augmented): its locals.
+        self.bound: set[str] = set()
+        self.declared: set[str] = set()  # global or nonlocal
+        self.loads: set[str] = set()
+        self.attribute_loads: set[str] = set()  # `x.total` read: "total"
+        self.called: list[ast.expr] = []  # each call's function
+        self.calls_backward = False
+        self.sites: list[_Site] = []
+        self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
+        self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
+        self._init_attributes: dict[str, _Kinds] | None = None
+
+    def may_keep_graph(self, facts: _FileFacts) -> bool:
+        lasting = [site for site in self.sites if self.store_outlives_step(site, facts)]
+        if not lasting or not self.may_make_graph(facts):
+            return False
+        values = _GraphValues(self, facts)
+        return any(values.may_hold_graph(value, site.unpacked) and self._reads_own_target(site, values)
+                   for site in lasting for value in site.values)
+
+    def _reads_own_target(self, site: _Site, values: _GraphValues) -> bool:
+        """For a chained store, whether its value may read what it replaces; other stores need not."""
+        if site.kind == _CHAINED_NAME:
+            return values.reads(site.values[0], site.target)
+        if site.kind == _CHAINED_ATTRIBUTE:
+            return values.reads(site.values[0], _dotted(site.target))
+        if site.kind == _SETATTR:
+            return values.reads(site.values[0], f"{_dotted(site.target.args[0])}.{site.target.args[1].value}")
+        return True
+
+    # ----- the target ---------------------------------------------------------------------------
+
+    def store_outlives_step(self, site: _Site, facts: _FileFacts) -> bool:
+        kind, target, loops = site.kind, site.target, site.loops
+        if kind == _CONTAINER:
+            if isinstance(target, ast.Name):
+                return self._name_outlives(target.id, loops, param_outlives=True)
+            owner = _dotted(target)
+            return owner is not None and not self._own_attribute_in_forward(owner.split(".")[0], facts)
+        if kind == _AUGMENTED_ATTRIBUTE:
+            return not self._own_attribute_in_forward(_dotted(target.value), facts)
+        if kind == _AUGMENTED_NAME:
+            return self._name_outlives(target, loops, param_outlives=False)
+        if kind == _CHAINED_NAME:
+            return target in self.loads and self._name_outlives(target, loops, param_outlives=False)
+        if kind == _CHAINED_ATTRIBUTE:
+            owner = _dotted(target.value)
+            return owner is not None and target.attr in self.attribute_loads \
+                and not self._own_attribute_in_forward(owner, facts)
+        # setattr(owner, "name", value): flow knows the attribute only from a plain string.
+        args = target.args
+        return _dotted(args[0]) is not None and _is_text(args[1]) and args[1].value in self.attribute_loads
+
+    def _name_outlives(self, name: str, loops: tuple[ast.stmt, ...], param_outlives: bool) -> bool:
+        if name in self.declared:
+            return True
+        if name in self.params:
+            return param_outlives  # GL104 leaves the caller's total to the caller
+        if name in self.bound or isinstance(self.node, ast.Module):
+            return any(self._is_step_loop(loop) for loop in loops)
+        return True  # a global or a closure variable
+
+    def _is_step_loop(self, loop: ast.stmt) -> bool:
+        if id(loop) in self.step_loops:
+            return True
+        found = self._loop_headers.get(id(loop))
+        if found is None:
+            header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
+            # flow reads the header's source text, comments included (`for b in (data  # epochs`):
+            # a header over several lines may hold one, which CPython's tree does not keep.
+            several_lines = header.end_lineno > loop.lineno or loop.body[0].lineno > loop.lineno + 1
+            found = self._loop_headers[id(loop)] = several_lines or bool(TRAINING_ITERABLE.search(ast.unparse(header)))
+        return found
+
+    def _own_attribute_in_forward(self, owner: str | None, facts: _FileFacts) -> bool:
+        """A module's forward storing on its own self: GL102's to report, not GL103's or GL104's."""
+        return owner is not None and owner == self.self_name and self.node.name == "forward" \
+            and self.owner.name in facts.module_class_names
+
+    @cached_property
+    def callees(self) -> set[str]:
+        """The dotted names called (qualified later, once all the imports are known)."""
+        return {_dotted(func) for func in self.called} - {None}
+
+    @cached_property
+    def params(self) -> set[str]:
+        if isinstance(self.node, ast.Module):
+            return set()
+        arguments = self.node.args
+        names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+        return names | {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+
+    @cached_property
+    def self_name(self) -> str | None:
+        """The first parameter of a method, as FileModel names it (posonly ones not counted)."""
+        if self.owner is None or not self.node.args.args:
+            return None
+        if any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in self.node.decorator_list):
+            return None
+        return self.node.args.args[0].arg
+
+    # ----- the value ----------------------------------------------------------------------------
+
+    def may_make_graph(self, facts: _FileFacts) -> bool:
+        """Cheap: whether anything in the function can give a module, a parameter or a
+        graph-attached value. _GraphValues answers value by value for those that pass."""
+        if self.makes_graph_itself(facts):
+            return True
+        init = self.init(facts)
+        return init is not None and ("register_parameter" in init.attribute_loads or init.makes_graph_itself(facts))
+
+    def makes_graph_itself(self, facts: _FileFacts) -> bool:
+        if self.calls_backward:
+            return True
+        if any(callee.startswith(_AUTOGRAD_CALLS) and callee.rsplit(".", 1)[1] in ("backward", "grad")
+               for callee in self.callees):
+            return True
+        if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
+            return True
+        return any(facts.makes_module(callee) for callee in self.callees)
+
+    def init(self, facts: _FileFacts) -> _Scope | None:
+        """The __init__ whose attributes flow gives this method's `self.x` (FileModel's
+        self_attributes): its module class's own, for a method with a self."""
+        if self.self_name is None or self.owner.name not in facts.module_class_names:
+            return None
+        init = self.owner.methods.get("__init__")
+        return init if init is not None and init.node.args.args else None
+
+    def init_attributes(self, facts: _FileFacts) -> dict[str, _Kinds]:
+        """What this __init__ puts on self, by attribute, as FileModel._init_attributes reads it:
+        its stores into self (walked with no attributes known), register_buffer/register_parameter."""
+        if self._init_attributes is None:
+            owner = self.node.args.args[0].arg
+            values = _GraphValues(self, facts, own_attributes={})
+            found: dict[str, _Kinds] = {}
+            for targets, value, derived in values.bindings:
+                for target in targets:
+                    head, _, attribute = target.partition(".")
+                    if head == owner and attribute and "." not in attribute:
+                        found[attribute] = found.get(attribute, _NOTHING) | values.kinds(value, derived)
+            for node in ast.walk(self.node):
+                if not isinstance(node, ast.Call):
+                    continue
+                func, args = node.func, node.args
+                if isinstance(func, ast.Name) and func.id == "setattr" and len(args) >= 3 and _is_text(args[1]):
+                    found[args[1].value] = found.get(args[1].value, _NOTHING) | values.kinds(args[2])
+                elif isinstance(func, ast.Attribute) and func.attr in ("register_buffer", "register_parameter") \
+                        and args and _is_text(args[0]):
+                    kinds = _Kinds(tensor=True, parameter=func.attr == "register_parameter")
+                    found[args[0].value] = found.get(args[0].value, _NOTHING) | kinds
+            self._init_attributes = found
+        return self._init_attributes
+
+
+class _Kinds(NamedTuple):
+    """What a value may be (or hold, for a container), as far as flow.py's Val can tell."""
+
+    module: bool = False
+    tensor: bool = False
+    graph: bool = False  # graph-attached
+    parameter: bool = False  # an nn.Parameter: graph-free itself, graph-attached once used
+
+    def __or__(self, other: _Kinds) -> _Kinds:
+        return _Kinds(*(a or b for a, b in zip(self, other)))
+
+
+_NOTHING = _Kinds()
+
+
+class _GraphValues:
+    """Which values of one function may be a module, a tensor, a parameter or graph-attached:
+    flow.py's evaluation (values.py) with each answer widened to "may", and each name or
+    attribute holding everything any of its bindings gives it (flow-insensitive)."""
+
+    def __init__(self, scope: _Scope, facts: _FileFacts, own_attributes: dict[str, _Kinds] | None = None):
+        self.facts = facts
+        self.self_name = scope.self_name
+        if own_attributes is None:
+            init = scope.init(facts)
+            own_attributes = init.init_attributes(facts) if init is not None else {}
+        self.own_attributes = own_attributes
+        self.bindings = list(_bindings(scope.node))
+        self._names: dict[int, frozenset[str]] = {}
+        self.values_of: dict[str, list[ast.expr]] = {}
+        for targets, value, _ in self.bindings:
+            for target in targets:
+                self.values_of.setdefault(target, []).append(value)
+        # A name backward() is called on is graph-attached wherever it is bound (prescan's roots).
+        roots = _backward_roots(scope.node) & self.values_of.keys()
+        self.held: dict[str, _Kinds] = dict.fromkeys(roots, _Kinds(tensor=True, graph=True))
+        changed = True
+        while changed:
+            changed = False
+            for targets, value, derived in self.bindings:
+                kinds = self.kinds(value, derived)
+                for target in targets:
+                    before = self.held.get(target, _NOTHING)
+                    if before | kinds != before:
+                        self.held[target] = before | kinds
+                        changed = True
+
+    def may_hold_graph(self, value: ast.expr, derived: bool = False) -> bool:
+        return self.kinds(value, derived).graph
+
+    def kinds(self, value: ast.expr, derived: bool = False) -> _Kinds:
+        """`derived`: what is kept is computed from the value (one element of it, or a sum with
+        it): a view or a sum of a parameter is graph-attached, the parameter itself is not."""
+        kinds = self._kinds(value)
+        return kinds._replace(graph=True) if derived and kinds.parameter else kinds
+
+    def _kinds(self, e: ast.AST) -> _Kinds:
+        kind = type(e)
+        if kind is ast.Name:
+            held = self.held.get(e.id, _NOTHING)
+            return held._replace(module=True) if _module_like(e.id) else held
+        if kind is ast.Attribute:
+            return self._attribute(e)
+        if kind is ast.Call:
+            return self._call(e)
+        if kind is ast.Subscript:
+            base = self._kinds(e.value)
+            return base._replace(graph=base.graph or base.parameter)
+        if kind is ast.BinOp:
+            both = self._kinds(e.left) | self._kinds(e.right)
+            return both._replace(graph=both.graph or both.parameter)
+        if kind is ast.UnaryOp:
+            if isinstance(e.op, ast.Not):
+                return _NOTHING
+            inner = self._kinds(e.operand)
+            return inner._replace(graph=inner.graph or inner.parameter)
+        if kind is ast.Compare:  # a tensor of booleans, never graph-attached
+            return _Kinds(tensor=any(self._kinds(o).tensor for o in (e.left, *e.comparators)))
+        if kind is ast.IfExp:
+            return self._kinds(e.body) | self._kinds(e.orelse)
+        if kind is ast.BoolOp or kind is ast.Tuple or kind is ast.List or kind is ast.Set:
+            return self._either(e.values if kind is ast.BoolOp else e.elts)
+        if kind is ast.Dict:
+            return self._either(e.values)
+        if kind is ast.Starred or kind is ast.NamedExpr or kind is ast.Await:
+            return self._kinds(e.value)
+        if kind is ast.ListComp or kind is ast.SetComp or kind is ast.GeneratorExp:
+            return self._kinds(e.elt)
+        if kind is ast.DictComp:
+            return self._kinds(e.value)
+        return _NOTHING  # literals, lambdas
+
+    def _either(self, values) -> _Kinds:
+        found = _NOTHING
+        for value in values:
+            found |= self._kinds(value)
+        return found
+
+    def _attribute(self, e: ast.Attribute, base: _Kinds | None = None) -> _Kinds:
+        """As flow's _attribute: what the walk stored there, what __init__ put on self, a name
+        like a module's, or a tensor's views (.T, .real) and detached data (.data, .grad)."""
+        dotted = _dotted(e)
+        found = self.held.get(dotted, _NOTHING) if dotted is not None else _NOTHING
+        if dotted is not None and self.self_name is not None and dotted.count(".") == 1 \
+                and dotted.startswith(f"{self.self_name}."):
+            found |= self.own_attributes.get(e.attr, _NOTHING)
+        if _module_like(e.attr):
+            found = found._replace(module=True)
+        if base is None:
+            base = self._kinds(e.value)
+        if base.tensor and e.attr in _TENSOR_VIEW_ATTRIBUTES:
+            found |= _Kinds(tensor=True, graph=base.graph or base.parameter)
+        elif base.tensor and e.attr in DETACHED_ATTRIBUTES:
+            found |= _Kinds(tensor=True)
+        return found
+
+    def _call(self, e: ast.Call) -> _Kinds:
+        """As flow's _call: a module called, a module's forward, a tensor method, a torch
+        function or sum/tuple/list give what their inputs hold; any other call gives nothing
+        graph-attached (an unknown function's result is unknown, not a tensor)."""
+        arguments = self._either((*e.args, *(keyword.value for keyword in e.keywords)))
+        passes_graph = arguments.graph or arguments.parameter
+        func = e.func
+        receiver = self._kinds(func.value) if isinstance(func, ast.Attribute) else _NOTHING
+        callee = self._attribute(func, receiver) if isinstance(func, ast.Attribute) else self._kinds(func)
+        found = _Kinds(tensor=True, graph=True) if callee.module else _NOTHING
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if receiver.module and method == "forward":
+                found |= _Kinds(tensor=True, graph=True)
+            if receiver.module and method in MODULE_RETURNING_METHODS:
+                found |= _Kinds(module=True)
+            if receiver.tensor and method not in SCALAR_METHODS:
+                graph = method not in DETACHING_METHODS and (receiver.graph or receiver.parameter or passes_graph)
+                found |= _Kinds(tensor=True, graph=graph)
+            if method == "apply":  # an autograd Function's
+                found |= _Kinds(tensor=True, graph=passes_graph)
+        elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
+            found |= arguments._replace(graph=passes_graph)
+        name = _dotted(func)
+        if name is None:
+            return found
+        name = self.facts.qualify(name)
+        if name in PARAMETER_CONSTRUCTORS:
+            return found | _Kinds(tensor=True, parameter=True)
+        if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
+            last = name.rsplit(".", 1)[1]
+            return found._replace(module=found.module or (last[:1].isupper() and last not in NN_NOT_MODULES))
+        if is_tensor_op(name):
+            return found | _Kinds(tensor=True, graph=passes_graph)
+        if name in self.facts.module_class_names:
+            return found._replace(module=True)
+        return found
+
+    def reads(self, value: ast.expr, target: str) -> bool:
+        """Whether `value` may read `target`, directly or through the names it reads
+        (`new = self.h + x; self.h = new` chains self.h as flow's reads do)."""
+        seen: set[str] = set()
+        todo = [value]
+        while todo:
+            names = self._read_names(todo.pop())
+            if target in names:
+                return True
+            for name in names - seen:
+                seen.add(name)
+                todo.extend(self.values_of.get(name, ()))
+        return False
+
+    def _read_names(self, value: ast.expr) -> frozenset[str]:
+        """The names and dotted attribute chains an expression reads (lambdas left out, as flow)."""
+        found = self._names.get(id(value))
+        if found is None:
+            names: set[str] = set()
+            stack = [value]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, ast.Lambda):
+                    continue
+                if isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    names.add(_dotted(node))
+                stack.extend(ast.iter_child_nodes(node))
+            names.discard(None)
+            found = self._names[id(value)] = frozenset(names)
+        return found
+
+
+_TENSOR_VIEW_ATTRIBUTES = VIEW_ATTRIBUTES | {"values", "indices"}  # and a topk/sort pair's
+
+
+def _bindings(function: ast.AST) -> Iterator[tuple[set[str], ast.expr, bool]]:
+    """(names and dotted attributes bound, the value, whether they get something computed from
+    it: one element, or the sum of `+=`) for each binding in the function's own body:
+    assignments, loop and comprehension targets, `with ... as`, `:=`."""
+    stack = list(ast.iter_child_nodes(function)) if isinstance(function, ast.Module) else list(function.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in _NESTED_SCOPES:
+            continue
+        if kind is ast.Assign:
+            for target in node.targets:
+                yield _bound_names(target), node.value, isinstance(target, (ast.Tuple, ast.List))
+        elif kind is ast.AugAssign:
+            yield _bound_names(node.target), node.value, True
+        elif (kind is ast.AnnAssign and node.value is not None) or kind is ast.NamedExpr:
+            yield _bound_names(node.target), node.value, False
+        elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
+            yield _bound_names(node.target), node.iter, True
+        elif kind is ast.withitem and node.optional_vars is not None:
+            yield _bound_names(node.optional_vars), node.context_expr, False
+        stack.extend(ast.iter_child_nodes(node))
+
+
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _bound_names(target: ast.expr) -> set[str]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_bound_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    name = target.id if isinstance(target, ast.Name) else _dotted(target)
+    return {name} if name is not None else set()
+
+
+def _backward_roots(function: ast.AST) -> set[str]:
+    """The names `x.backward()` and `torch.autograd.backward(x)` / `grad(x)` are computed from
+    (prescan's backward_roots): flow makes each graph-attached where it is bound."""
+    roots: set[str] = set()
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "backward":
+            roots |= _roots(func.value)
+        callee = _dotted(func) or ""
+        if callee.startswith(_AUTOGRAD_CALLS) and callee.rsplit(".", 1)[1] in ("backward", "grad") and node.args:
+            roots |= _roots(node.args[0])
+    return roots
+
+
+def _roots(expr: ast.expr) -> set[str]:
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.BinOp):
+        return _roots(expr.left) | _roots(expr.right)
+    if isinstance(expr, ast.Call):
+        found = _roots(expr.func.value) if isinstance(expr.func, ast.Attribute) else set()
+        return found.union(*(_roots(a) for a in (*expr.args, *(k.value for k in expr.keywords))))
+    if isinstance(expr, ast.Subscript):
+        return _roots(expr.value)
+    return set()
+
+
+class _FileFacts:
+    """One pass over the file: each function's facts, the imports, the classes."""
+
+    def __init__(self, tree: ast.Module):
+        self.aliases: dict[str, str] = {}
+        self.classes: list[_Class] = []
+        self.scopes: list[_Scope] = [_Scope(tree, None)]
+        self._owner: _Class | None = None  # the class whose body is being read
+        self._children(tree, self.scopes[0], ())
+
+    def qualify(self, name: str) -> str:
+        """As names.ImportTable.qualify does."""
+        head, _, rest = name.partition(".")
+        full = self.aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+    def makes_module(self, callee: str) -> bool:
+        """A torch.nn class (a module; a Parameter too, loosely), or a module class of this file:
+        the cheap test, before _GraphValues looks closer."""
+        name = self.qualify(callee)
+        return (name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper()) \
+            or name in self.module_class_names
+
+    @cached_property
+    def module_class_names(self) -> set[str]:
+        """As FileModel._classify decides, by name: a class whose bases reach nn.Module (or
+        Lightning's) in this file, unless they also reach an autograd Function."""
+        functions: set[str] = set()
+        modules: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for cls in self.classes:
+                if cls.name not in functions and any(b in FUNCTION_BASES or b in functions for b in cls.bases):
+                    functions.add(cls.name)
+                    changed = True
+                if cls.name not in modules and any(is_module_base(b) or b in modules for b in cls.bases):
+                    modules.add(cls.name)
+                    changed = True
+        return modules - functions
+
+    # ----- the pass ---------------------------------------------------------------------------------
+
+    def _visit(self, node: ast.AST, scope: _Scope, loops: tuple[ast.stmt, ...]) -> None:
+        handler = _HANDLERS.get(type(node))
+        if handler is None:
+            self._children(node, scope, loops)
+        else:
+            handler(self, node, scope, loops)
+
+    def _children(self, node: ast.AST, scope: _Scope, loops: tuple[ast.stmt, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            handler = _HANDLERS.get(type(child))
+            if handler is None:
+                self._children(child, scope, loops)
+            else:
+                handler(self, child, scope, loops)
+
+    def _skip(self, node: ast.AST, scope: _Scope, loops) -> None:
+        """Nothing under it counts: contexts, constants, and lambdas (flow does not walk them)."""
+
+    def _name(self, node: ast.Name, scope: _Scope, loops) -> None:
+        if type(node.ctx) is ast.Load:
+            scope.loads.add(node.id)
+        elif type(node.ctx) is ast.Store:
+            scope.bound.add(node.id)
+
+    def _attribute(self, node: ast.Attribute, scope: _Scope, loops) -> None:
+        if type(node.ctx) is ast.Load:
+            scope.attribute_loads.add(node.attr)
+        self._visit(node.value, scope, loops)
+
+    def _call(self, node: ast.Call, scope: _Scope, loops) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if method == "backward":
+                scope.calls_backward = True
+            if method in STEP_METHODS:
+                scope.step_loops.update(map(id, loops))
+            if method in CONTAINER_STORING_METHODS:
+                arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))
+                                  if type(value) not in _NEVER_GRAPH)
+                if arguments:
+                    scope.sites.append(_Site(_CONTAINER, func.value, arguments, loops))
+        elif isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) >= 3 \
+                and type(node.args[2]) not in _NEVER_GRAPH:
+            scope.sites.append(_Site(_SETATTR, node, (node.args[2],), loops))
+        scope.called.append(func)
+        self._children(node, scope, loops)
+
+    def _assign(self, node: ast.Assign | ast.AnnAssign, scope: _Scope, loops) -> None:
+        if node.value is None:  # `x: int` binds nothing
+            return
+        if type(node.value) not in _NEVER_GRAPH:
+            for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
+                self._store(target, node.value, scope, loops)
+        self._children(node, scope, loops)
+
+    def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:
+        if isinstance(target, ast.Name):
+            scope.sites.append(_Site(_CHAINED_NAME, target.id, (value,), loops, unpacked))
+        elif isinstance(target, ast.Attribute):
+            scope.sites.append(_Site(_CHAINED_ATTRIBUTE, target, (value,), loops, unpacked))
+        elif isinstance(target, ast.Subscript):
+            scope.sites.append(_Site(_CONTAINER, target.value, (value,), loops, unpacked))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._store(element, value, scope, loops, unpacked=True)
+        elif isinstance(target, ast.Starred):
+            self._store(target.value, value, scope, loops, unpacked=True)
+
+    def _augmented(self, node: ast.AugAssign, scope: _Scope, loops) -> None:
+        target = node.target
+        if type(node.value) not in _NEVER_GRAPH:  # `self.n += 1`: the usual case, never a graph
+            if isinstance(target, ast.Name):
+                scope.sites.append(_Site(_AUGMENTED_NAME, target.id, (node.value,), loops))
+            elif isinstance(target, ast.Attribute):
+                scope.sites.append(_Site(_AUGMENTED_ATTRIBUTE, target, (node.value,), loops))
+        self._children(node, scope, loops)
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While, scope: _Scope, loops) -> None:
+        # The header and the else block count as inside: prescan marks step loops that way.
+        self._children(node, scope, (*loops, node))
+
+    def _comprehension(self, node: ast.comprehension, scope: _Scope, loops) -> None:
+        # Its target is no local of the function: prescan does not count it either.
+        self._visit(node.iter, scope, loops)
+        for condition in node.ifs:
+            self._visit(condition, scope, loops)
+
+    def _declaration(self, node: ast.Global | ast.Nonlocal, scope: _Scope, loops) -> None:
+        scope.declared.update(node.names)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope, loops) -> None:
+        # Decorators and defaults belong to no walk; the body is a scope of its own.
+        function = _Scope(node, self._owner)
+        self.scopes.append(function)
+        if self._owner is not None:
+            self._owner.methods[node.name] = function  # the last def of a name wins, as in FileModel
+        owner, self._owner = self._owner, None
+        for statement in node.body:
+            self._visit(statement, function, ())
+        self._owner = owner
+
+    def _class(self, node: ast.ClassDef, scope: _Scope, loops) -> None:
+        bases = []
+        for base in node.bases:
+            name = _dotted(base.value if isinstance(base, ast.Starred) else base)  # libcst keeps `*mixins` a name
+            bases.append(self.qualify(name) if name is not None else "")
+        cls = _Class(node.name, bases)
+        self.classes.append(cls)
+        # A class body is walked by no rule: its statements feed a scope nobody asks about.
+        owner, self._owner = self._owner, cls
+        body = _Scope(node, None)
+        for statement in node.body:
+            self._visit(statement, body, ())
+        self._owner = owner
+
+    def _import(self, node: ast.Import, scope: _Scope, loops) -> None:
+        for alias in node.names:
+            if alias.asname is not None:
+                self.aliases[alias.asname] = alias.name
+            else:
+                head = alias.name.split(".")[0]
+                self.aliases.setdefault(head, head)
+
+    def _import_from(self, node: ast.ImportFrom, scope: _Scope, loops) -> None:
+        if node.level or any(alias.name == "*" for alias in node.names):
+            return
+        for alias in node.names:
+            local = alias.asname or alias.name
+            self.aliases[local] = f"{node.module}.{alias.name}" if node.module else alias.name
+
+
+_HANDLERS = {
+    ast.Load: _FileFacts._skip, ast.Store: _FileFacts._skip, ast.Del: _FileFacts._skip,
+    ast.Constant: _FileFacts._skip, ast.Lambda: _FileFacts._skip,
+    ast.Name: _FileFacts._name,
+    ast.Attribute: _FileFacts._attribute,
+    ast.Call: _FileFacts._call,
+    ast.Assign: _FileFacts._assign, ast.AnnAssign: _FileFacts._assign,
+    ast.AugAssign: _FileFacts._augmented,
+    ast.For: _FileFacts._loop, ast.AsyncFor: _FileFacts._loop, ast.While: _FileFacts._loop,
+    ast.comprehension: _FileFacts._comprehension,
+    ast.Global: _FileFacts._declaration, ast.Nonlocal: _FileFacts._declaration,
+    ast.FunctionDef: _FileFacts._function, ast.AsyncFunctionDef: _FileFacts._function,
+    ast.ClassDef: _FileFacts._class,
+    ast.Import: _FileFacts._import, ast.ImportFrom: _FileFacts._import_from,
+}
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))

@@ -1,0 +1,260 @@
+"""The prechecks decide which files libcst parses: a no must never hide a finding, and the GL103/
+GL104 one must also say no to the many files that only keep configs, counters or modules."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gradlint import graph_store_precheck
+from gradlint.engine import RuleSet, lint_source
+from gradlint.registry import all_rules
+
+RULES = all_rules()
+REPO = Path(__file__).resolve().parent.parent
+GL103_GL104 = RuleSet(tuple(r for r in RULES if r.code in ("GL103", "GL104")), {})
+INVALID = [pytest.param(rule, case, id=f"{rule.code}-invalid{i}")
+           for rule in RULES for i, case in enumerate(rule.INVALID)]
+
+
+def may_store(source: str) -> bool:
+    return graph_store_precheck.may_store_across_steps(ast.parse(textwrap.dedent(source)))
+
+
+@pytest.mark.parametrize("rule, case", INVALID)
+def test_every_rule_precheck_lets_its_own_invalid_examples_through(rule, case):
+    assert rule.precheck(ast.parse(case.source))
+
+
+# ----- GL103/GL104: what must reach libcst ---------------------------------------------------
+
+KEPT_ACROSS_STEPS = {
+    "history_attribute": """
+        class Trainer:
+            def step(self, x, y):
+                loss = self.criterion(self.model(x), y)
+                loss.backward()
+                self.history.append(loss)
+    """,
+    "total_over_the_loader_at_top_level": """
+        total = 0
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            total += loss
+    """,
+    "total_over_the_loader_in_a_function": """
+        def train(model, loader, optimizer):
+            total = 0
+            for batch in loader:
+                loss = model(batch).mean()
+                loss.backward()
+                optimizer.step()
+                total += loss
+            return total
+    """,
+    "global_list": """
+        import torch.nn.functional as F
+        LOSSES = []
+        def train_step(net, x, y):
+            LOSSES.append(F.mse_loss(net(x), y))
+    """,
+    "caller_list": """
+        def record(outputs, model, batch):
+            outputs.append(model(batch))
+    """,
+    "closure_list": """
+        def fit(model, batches):
+            seen = []
+            def on_batch(x):
+                seen.append(model(x))
+            for x in batches:
+                on_batch(x)
+    """,
+    "attribute_chained_through_a_local": """
+        class Trainer:
+            def step(self, x):
+                loss = self.model(x)
+                new_total = self.total + loss
+                self.total = new_total
+    """,
+    "state_carried_between_steps": """
+        def run(model, loader, criterion):
+            hidden = None
+            for x, y in loader:
+                out, hidden = model(x, hidden)
+                criterion(out, y).backward()
+    """,
+    "epoch_named_in_a_comment_of_the_loop_header": """
+        def train(model, data):
+            total = 0
+            for x in zip(data,  # one epoch
+                         data):
+                total += model(x)
+    """,
+    "setattr_chained": """
+        class Trainer:
+            def step(self, x):
+                setattr(self, "total", self.total + self.model(x).sum())
+    """,
+    "backward_root_kept": """
+        class Trainer:
+            def step(self, batch):
+                loss = compute_loss(batch)
+                loss.backward()
+                self.losses.append(loss)
+    """,
+    "submodule_from_init_called_in_another_method": """
+        from torch import nn
+        class Probe(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+            def training_step(self, x):
+                self.seen.append(self.fc(x))
+    """,
+    "parameter_used_in_an_op": """
+        import torch
+        from torch import nn
+        HISTORY = []
+        def training_step(x):
+            w = nn.Parameter(torch.ones(3))
+            HISTORY.append(w * x)
+    """,
+    "aliased_torch_nn_class_called": """
+        from torch.nn import Linear as lin
+        CACHE = {}
+        def training_step(x):
+            layer = lin(3, 3)
+            CACHE["last"] = layer(x)
+    """,
+    "module_forward_keeping_in_a_global": """
+        from torch import nn
+        TAPS = []
+        class Tap(nn.Module):
+            def forward(self, x):
+                out = self.net(x)
+                TAPS.append(out)
+                return out
+    """,
+}
+
+
+@pytest.mark.parametrize("source", KEPT_ACROSS_STEPS.values(), ids=KEPT_ACROSS_STEPS.keys())
+def test_a_graph_attached_value_kept_past_the_step_reaches_libcst(source):
+    assert may_store(source)
+
+
+@pytest.mark.parametrize("source", KEPT_ACROSS_STEPS.values(), ids=KEPT_ACROSS_STEPS.keys())
+def test_what_the_precheck_must_let_through_is_a_finding_of_the_rules(source, monkeypatch):
+    monkeypatch.setattr(graph_store_precheck, "may_store_across_steps", lambda tree: True)
+    result = lint_source(textwrap.dedent(source), "kept.py", GL103_GL104)
+    assert {f.code for f in result.findings} & {"GL103", "GL104"}
+
+
+# ----- GL103/GL104: what need not ------------------------------------------------------------
+
+NOTHING_KEPT = {
+    "local_list_in_a_test": """
+        def test_outputs(model):
+            outs = []
+            for x in range(3):
+                outs.append(model(x))
+            assert len(outs) == 3
+    """,
+    "counters_and_configs_on_self": """
+        class Tracker:
+            def __init__(self, name, model):
+                self.name = name
+                self.calls = 0
+                self.model = model
+            def hit(self, key, value):
+                self.calls += 1
+                self.seen[key] = value
+                self.log.append(f"{key}={value}")
+    """,
+    "modules_kept_not_their_outputs": """
+        from torch import nn
+        class Builder:
+            def add(self, model):
+                self.layers.append(nn.Linear(3, 3))
+                self.module = self.module.to("cpu")
+                self.models[model.name] = model
+    """,
+    "scalars_and_detached_values": """
+        class Trainer:
+            def step(self, x):
+                loss = self.model(x)
+                self.history.append(loss.item())
+                self.last = loss.detach()
+                self.total += loss.item()
+    """,
+    "a_bare_parameter_is_not_graph_attached": """
+        from torch import nn
+        class Holder:
+            def register(self, name, tensor):
+                self._parameters[name] = nn.Parameter(tensor)
+    """,
+    "an_unknown_function_returns_no_graph": """
+        class Report:
+            def add(self, model, batch):
+                self.rows.append(summarize(model, batch))
+    """,
+    "a_module_keeps_its_activations_in_forward": """
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+            def forward(self, x):
+                out = self.fc(x)
+                self.acts.append(out)
+                self.taps.by_layer["fc"] = out
+                return out
+    """,
+    "loss_summed_within_one_step": """
+        def step(model, parts, optimizer):
+            loss = 0
+            for x, y in parts:
+                loss = loss + model(x).sub(y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+    """,
+    "an_attribute_overwritten_not_chained": """
+        class Trainer:
+            def step(self, x):
+                self.last_output = self.model(x).sum()
+    """,
+}
+
+
+@pytest.mark.parametrize("source", NOTHING_KEPT.values(), ids=NOTHING_KEPT.keys())
+def test_a_file_that_keeps_no_graph_past_the_step_skips_libcst(source):
+    assert not may_store(source)
+
+
+@pytest.mark.parametrize("source", NOTHING_KEPT.values(), ids=NOTHING_KEPT.keys())
+def test_what_the_precheck_keeps_from_libcst_is_no_finding_of_the_rules(source, monkeypatch):
+    monkeypatch.setattr(graph_store_precheck, "may_store_across_steps", lambda tree: True)
+    for rule in GL103_GL104.rules:
+        monkeypatch.setattr(rule, "markers", ("",))  # every file, whatever its text
+    result = lint_source(textwrap.dedent(source), "skipped.py", GL103_GL104)
+    assert result.internal_error is None and result.findings == []
+
+
+# ----- GL103/GL104: a superset of the rules on realistic code --------------------------------
+
+def test_every_corpus_and_example_file_with_a_finding_passes_the_precheck(monkeypatch):
+    real = graph_store_precheck.may_store_across_steps
+    monkeypatch.setattr(graph_store_precheck, "may_store_across_steps", lambda tree: True)
+    paths = sorted([*(REPO / "tests" / "corpus").glob("*.py"), *(REPO / "examples").glob("*.py"),
+                    *(REPO / "runtime_probe" / "scenarios").glob("*.py")])
+    with_findings = []
+    for path in paths:
+        source = path.read_text(encoding="utf-8")
+        if lint_source(source, str(path), GL103_GL104).findings:
+            with_findings.append(path.name)
+            assert real(ast.parse(source)), path.name
+    assert len(with_findings) >= 5, with_findings
