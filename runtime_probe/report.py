@@ -136,7 +136,7 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
                         ls=styles[index % len(styles)], alpha=0.85,
                         label=f"{report.name} ({report.verdict.value}"
                               + (f", 1 step in {report.track_every} tracked" if report.track_every > 1 else "") + ")")
-        cs = [c for c in run.collections]
+        cs = run.collections
         ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], markers[index % len(markers)],
                 ms=4, mfc="none", color=line.get_color())
     ax.axvline(reports[0].warmup if reports else 0, color="grey", ls=":", lw=1)

@@ -59,6 +59,7 @@ class Run:
     reclaimed_holders: list[Holder] = field(default_factory=list)  # what held storages gc.collect() freed
     retained_holders: list[Holder] = field(default_factory=list)
     graph_holders: list[Holder] = field(default_factory=list)
+    _tracked_upto: list[int] = field(default_factory=lambda: [0], repr=False)  # [i]: tracked among steps 1..i
 
     @property
     def steps_done(self) -> int:
@@ -66,7 +67,12 @@ class Run:
 
     def tracked_between(self, first: int, last: int) -> int:
         """Tracked steps s with first < s <= last."""
-        return sum(1 for s, on in enumerate(self.step_tracked, 1) if on and first < s <= last)
+        # Asked at every collection: prefix sums keep a long run linear, extended as steps land.
+        upto = self._tracked_upto
+        for on in self.step_tracked[len(upto) - 1:]:
+            upto.append(upto[-1] + on)
+        first, last = max(first, 0), min(last, len(upto) - 1)
+        return upto[last] - upto[first] if first < last else 0
 
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,

@@ -25,6 +25,19 @@ def test_warm_up_is_tracked_except_the_alternating_calibration_steps():
     assert all(StridePlan(100, 6, None).tracked(i) for i in range(1, 7))
 
 
+def test_tracked_steps_are_counted_between_any_two_steps_as_the_run_grows():
+    from gradlint.runtime_probe.runner import Run
+
+    pattern = [True, False, False, True, True, False, True, False, True, True, False, True]
+    run = Run(steps_requested=len(pattern), warmup=2, gc_every=4)
+    for done, on in enumerate(pattern, 1):
+        run.step_tracked.append(on)
+        for first in range(-1, done + 2):
+            for last in range(-1, done + 2):
+                expected = sum(1 for s in range(1, done + 1) if pattern[s - 1] and first < s <= last)
+                assert run.tracked_between(first, last) == expected, (done, first, last)
+
+
 def test_the_stride_brings_the_mean_step_under_the_target():
     plan = calibrated(tracked_s=2.6e-3, bare_s=1.0e-3)
     assert plan.decide(10) == 8 and plan.every == 4  # 1 + 1.6/4 = 1.4x; collections every 8 steps
