@@ -30,6 +30,9 @@ class ProbeReport:
     step_peak_bytes: float  # median transient bytes a step allocates above its start
     median_step_ms: float
     heap_bytes_per_step: float | None  # glibc mallinfo2 slope after collection (a second signal)
+    # torch.cuda.memory_allocated() slope after collection, on CUDA only: the caching allocator's
+    # view, in its rounded blocks, of every step (tracked or not).
+    cuda_bytes_per_step: float | None = None
     holders: list[Holder] = field(default_factory=list)
     error: StepError | None = None
     interrupted: bool = False
@@ -93,10 +96,12 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     series = [c for c in run.collections if c.step >= run.warmup]  # with the warm-up baseline
     heap = [(c.step, c.heap_bytes) for c in after if c.heap_bytes is not None]
     heap_slope = robust_slope([s for s, _ in heap], [h for _, h in heap]) if len(heap) >= 3 else None
+    cuda = [(c.step, c.cuda_bytes) for c in after if c.cuda_bytes is not None] if device == "cuda" else []
+    cuda_slope = robust_slope([s for s, _ in cuda], [b for _, b in cuda]) if len(cuda) >= 3 else None
     if measured < 4 or not after:
         return ProbeReport(verdict=Verdict.CLEAN, reason=f"too few measured steps ({measured}) to see growth",
                            bytes_per_step=0.0, graph_nodes_per_step=0.0, confidence=0.0, steps_to_oom=None,
-                           heap_bytes_per_step=heap_slope, **common)
+                           heap_bytes_per_step=heap_slope, cuda_bytes_per_step=cuda_slope, **common)
 
     # Retained: storages from steady steps that survive the final collection. The last two steps
     # are left out: a cache overwritten each step (or a ctx attribute of the last graph) keeps them.
@@ -151,13 +156,15 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     free = signals.device_free_bytes(device) if verdict.is_leak else None
     # On the CPU a retained graph's C++ nodes use the same memory as the tensors, and only the
     # heap signal sees them (losses.append(loss): 4 B/step of storage, ~6 KB/step of heap, measured).
+    # On CUDA the allocator rounds each block up, so its slope is what the device really loses.
     growth = bytes_per_step
-    if device == "cpu" and heap_slope is not None and heap_slope > growth:
-        growth = heap_slope
+    second = heap_slope if device == "cpu" else cuda_slope
+    if second is not None and second > growth:
+        growth = second
     steps_to_oom = free / growth if free and growth > 0 else None
     return ProbeReport(verdict=verdict, reason=reason, bytes_per_step=bytes_per_step,
                        graph_nodes_per_step=node_slope, confidence=confidence, steps_to_oom=steps_to_oom,
-                       heap_bytes_per_step=heap_slope, holders=holders, **common)
+                       heap_bytes_per_step=heap_slope, cuda_bytes_per_step=cuda_slope, holders=holders, **common)
 
 
 def _up_fraction(values: list[int]) -> float:

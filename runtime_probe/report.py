@@ -39,10 +39,15 @@ def report_text(report: ProbeReport) -> str:
     lines.append(f"  why: {report.reason}")
     if report.error is not None:
         lines.append(f"  step {report.error.step} raised at {report.error.where or '?'}: {report.error.exception}")
+    if report.cuda_bytes_per_step is not None:
+        lines.append(f"  cuda allocator (torch.cuda.memory_allocated after collection): "
+                     f"{report.cuda_bytes_per_step:+,.0f} B/step")
     if report.steps_to_oom is not None:
-        heap = report.heap_bytes_per_step
+        heap, cuda = report.heap_bytes_per_step, report.cuda_bytes_per_step
         rate = (f" (heap +{heap:,.0f} B/step: the graph's C++ nodes)"
-                if report.device == "cpu" and heap is not None and heap > report.bytes_per_step else "")
+                if report.device == "cpu" and heap is not None and heap > report.bytes_per_step else
+                f" (allocator +{cuda:,.0f} B/step: its rounded blocks)"
+                if report.device == "cuda" and cuda is not None and cuda > report.bytes_per_step else "")
         lines.append(f"  at this rate{rate} the {report.device} memory now free is gone after "
                      f"~{report.steps_to_oom:,.0f} steps")
     for h in report.holders:
@@ -88,6 +93,7 @@ def report_dict(report: ProbeReport) -> dict:
         "step_peak_bytes": report.step_peak_bytes,
         "median_step_ms": report.median_step_ms,
         "heap_bytes_per_step": report.heap_bytes_per_step,
+        "cuda_bytes_per_step": report.cuda_bytes_per_step,
         "interrupted": report.interrupted,
         "error": asdict(report.error) if report.error else None,
         "holders": [asdict(h) for h in report.holders],

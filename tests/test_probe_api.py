@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradlint.runtime_probe import LeakError, Verdict, assert_no_leak, probe  # noqa: E402
+from gradlint.runtime_probe.report import report_text  # noqa: E402
 from gradlint.runtime_probe.target import load_target  # noqa: E402
 
 STEPS = Path(__file__).parent / "probe_targets" / "train_steps.py"
@@ -122,3 +123,42 @@ def test_a_step_through_a_compiled_model_is_probed_like_an_eager_one():
     leak = probe(load_target(f"{compiled}:keep_losses").step, steps=60)
     assert leak.verdict is Verdict.RETAINED and leak.bytes_per_step == pytest.approx(4.0)
     assert [h.subject for h in leak.holders] == ["losses"]
+
+
+def test_steps_until_memory_is_gone_use_the_faster_of_the_tracker_and_the_heap(monkeypatch):
+    from gradlint.runtime_probe import signals
+
+    monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
+    report = probe(step("keep_losses"), steps=60)
+    # 4 B/step of storage, but each kept loss also keeps its graph's C++ nodes: only the heap sees those.
+    assert report.bytes_per_step == pytest.approx(4.0)
+    assert report.heap_bytes_per_step is not None and report.heap_bytes_per_step > 1000
+    assert report.steps_to_oom == pytest.approx(10**9 / report.heap_bytes_per_step)
+    assert 0.75 <= report.confidence <= 1.0
+    assert "heap +" in report_text(report) and "gone after" in report_text(report)
+
+
+def test_clean_code_has_no_steps_until_memory_is_gone(monkeypatch):
+    from gradlint.runtime_probe import signals
+
+    monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
+    report = probe(step("clean_step"), steps=40)
+    assert report.steps_to_oom is None and "gone after" not in report_text(report)
+
+
+def test_on_cuda_the_allocator_slope_is_reported_and_paces_the_memory_estimate(monkeypatch):
+    # No GPU here: the allocator's counter is faked as 512 B (its smallest block) per kept loss,
+    # which is what a 4-byte tensor kept per step costs it.
+    from gradlint.runtime_probe import api, signals
+    from gradlint.runtime_probe.runner import run_steps
+
+    keep = step("keep_losses")
+    monkeypatch.setattr(signals, "cuda_allocated", lambda: 512 * len(keep.__globals__["losses"]))
+    monkeypatch.setattr(signals, "device_free_bytes", lambda device: 512 * 10**6)
+    report = api.assess(run_steps(keep, 60, 10, 10), "keep_losses", "cuda")
+    assert report.cuda_bytes_per_step == pytest.approx(512)
+    assert report.steps_to_oom == pytest.approx(10**6)
+    text = report_text(report)
+    assert "cuda allocator (torch.cuda.memory_allocated after collection): +512 B/step" in text
+    assert "(allocator +512 B/step" in text
+    assert report.to_dict()["cuda_bytes_per_step"] == pytest.approx(512)
