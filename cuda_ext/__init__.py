@@ -66,6 +66,9 @@ _warned_devices: set[str] = set()
 def load() -> Backend:
     """Build (first time) or load (cached) the library; never raises for a missing toolchain."""
     global _backend
+    if _backend is not None:
+        # Once loaded, no lock: torch.compile(fullgraph=True) traces this call and cannot trace one.
+        return _backend
     with _lock:
         if _backend is None:
             _backend = _load_backend()

@@ -242,6 +242,26 @@ def test_backward_gives_the_gather_of_the_output_gradient(ext, rng):
     assert torch.equal(grad_src, grad_out.index_select(0, index))
 
 
+def test_an_int32_index_is_used_as_is_with_no_upcast_copy(ext, rng):
+    from torch.profiler import ProfilerActivity, profile
+
+    src, index = random_case(rng, n=500, d=3, dim_size=9, index_dtype=torch.int32)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        ext.scatter_add(src, index, 9)
+    ops = {event.name for event in prof.events()}
+    assert "gradlint::scatter_add" in ops and not ops & {"aten::to", "aten::_to_copy", "aten::copy_"}, ops
+
+
+def test_the_op_compiles_into_a_full_graph(ext, rng):
+    src, index = random_case(rng, n=200, d=3, dim_size=7, index_dtype=torch.int32)
+
+    def layer(src, index):
+        return ext.scatter_add(src, index, 7) * 2
+
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    assert torch.equal(compiled(src, index), layer(src, index))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_reference_fallback_agrees_with_the_compiled_op(ext, rng, dtype):
     from gradlint.cuda_ext.reference import scatter_add_reference

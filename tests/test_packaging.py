@@ -176,6 +176,9 @@ def test_wheel_holds_gradlint_only(wheel: Path) -> None:
         )
     assert any(n.startswith("gradlint/rules/") and n.endswith(".py") and not n.endswith("__init__.py") for n in names), \
         "wheel has no rule modules under gradlint/rules/"
+    # The op compiles from these on the user's machine: a wheel without them can only fall back.
+    sources = {p.name for p in (REPO / "cuda_ext" / "csrc").iterdir() if p.is_file()}
+    assert sources and sources <= {n.rsplit("/", 1)[1] for n in names if n.startswith("gradlint/cuda_ext/csrc/")}, sources
     assert re.search(r"^gradlint\s*=\s*gradlint\.cli:main\s*$", entry_points, re.MULTILINE), entry_points
 
 
