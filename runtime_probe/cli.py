@@ -6,9 +6,11 @@ Exit codes: 0 no leak, 1 a leak or a failed step, 2 usage error, 130 interrupted
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
+from click.core import ParameterSource
 
 
 def _fail(message: str) -> None:
@@ -16,8 +18,24 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _check_output(option: str, path: str, suffix: str | None = None) -> None:
+    """Fail now, not after the whole run, when PATH cannot be written."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        _fail(f"{option} {path}: directory {parent} does not exist")
+    if not os.path.isdir(parent):
+        _fail(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        _fail(f"{option} {path}: not writable")
+    if suffix is not None and not path.lower().endswith(suffix):
+        # matplotlib picks the format from the suffix: .txt raises after the run, and no suffix
+        # writes PATH.png beside what was asked.
+        _fail(f"{option} {path}: the plot is a PNG, name it *{suffix}")
+
+
 def _progress(quiet: bool, total: int, label: str):
-    """A step callback that draws a bar on stderr (none when quiet or stderr is not a terminal)."""
+    """A step callback that draws a bar on stderr (none when quiet; click writes only the label when
+    stderr is not a terminal)."""
     if quiet:
         return None, None
     bar = click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True, width=30)
@@ -65,6 +83,9 @@ def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_
             import matplotlib  # noqa: F401
         except ImportError:
             _fail("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)")
+        _check_output("--plot", plot_file, ".png")
+    if json_file:
+        _check_output("--json", json_file)
     from . import report as render
     from .api import resolve_device
 
@@ -73,13 +94,17 @@ def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_
     except ValueError as why:
         _fail(str(why))
     if target is None:
-        code = _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
+        code, reports = _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
     else:
-        code = _target(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
+        code, reports = _target(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet,
+                                render)
+    # The default interval is adjusted quietly; one the user chose is worth a word when it changed.
+    if click.get_current_context().get_parameter_source("gc_every") is not ParameterSource.DEFAULT:
+        _note_gc_every(reports, gc_every)
     sys.exit(code)
 
 
-def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render) -> int:
+def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render):
     from .api import probe as run_probe
     from .crosscheck import cross_check, files_involved, static_findings
     from .target import TargetError, load_target
@@ -102,11 +127,11 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
         click.echo(render.table_text(rows), nl=False)
     _outputs([report], rows, json_file, plot_file, render)
     if report.verdict.is_leak or report.error is not None:
-        return 1
-    return 130 if report.interrupted else 0
+        return 1, [report]
+    return (130 if report.interrupted else 0), [report]
 
 
-def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render) -> int:
+def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render):
     from .scenarios import NAMES
     from .selftest import run_scenario
 
@@ -142,19 +167,46 @@ def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file
     click.echo(render.table_text(rows, with_scenario=True), nl=False)
     _outputs([r.report for r in results], rows, json_file, plot_file, render)
     failed = [r.name for r in results if not r.passed]
+    reports = [r.report for r in results]
     if interrupted:
         click.echo(f"interrupted: {len(results)} of {len(NAMES)} scenarios ran", err=True)
-        return 130
+        return 130, reports
     click.echo(f"\n{len(results) - len(failed)} of {len(results)} scenarios match what they declare"
                + (f"; mismatched: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    return (1 if failed else 0), reports
 
 
 def _outputs(reports, rows, json_file, plot_file, render) -> None:
+    # Checked before the run, but the disk can still fill or the directory go: the report is
+    # already printed, so say what was not written in one line.
     if json_file:
-        render.write_json(json_file, reports, rows)
+        try:
+            render.write_json(json_file, reports, rows)
+        except OSError as why:
+            _fail(f"--json {json_file}: {why.strerror or why}")
     if plot_file:
         try:
             render.write_plot(plot_file, reports)
         except render.PlotUnavailable as why:
             _fail(str(why))
+        except OSError as why:
+            _fail(f"--plot {plot_file}: {why.strerror or why}")
+
+
+def _note_gc_every(reports, asked: int) -> None:
+    """Say why the collection interval is not the one asked for (stride.StridePlan.decide)."""
+    seen = set()
+    for report in reports:
+        actual = report.gc_every
+        if actual == asked or actual in seen:
+            continue
+        seen.add(actual)
+        measured = report.steps_requested - report.warmup
+        reasons = []
+        if asked > max(1, measured // 4):
+            reasons.append(f"at most every {max(1, measured // 4)} steps, so the {measured} steps after warm-up "
+                           f"have at least four collections to judge growth on")
+        if report.track_every > 1:
+            reasons.append(f"a multiple of the tracking stride {report.track_every}, so a tracked step "
+                           f"comes before each collection")
+        click.echo(f"gradlint probe: note: gc every {actual} steps, not {asked}: {'; '.join(reasons) or 'the stride plan moved it'}", err=True)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import graph, signals
-from .stride import StridePlan
 from .attribute import Holder, display_path, find_holders
+from .stride import StridePlan
 from .tracker import LiveStorageTracker, StorageRecord
 
 
@@ -105,6 +105,11 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                     step()
             except Exception as exc:  # noqa: BLE001 - the user's step: any exception is a finding
                 run.error = StepError(i, f"{type(exc).__name__}: {exc}", _user_frame(exc))
+                break
+            except SystemExit as exc:
+                # The step ended the process (an early-stopping check, a script's sys.exit): the
+                # run stops there like a raise, with the report, instead of exiting silently.
+                run.error = StepError(i, f"SystemExit: {exc.code}", _user_frame(exc))
                 break
             seconds = time.perf_counter() - start
             if marked:

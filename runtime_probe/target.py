@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -43,20 +44,52 @@ def load_target(spec: str) -> Target:
             raise TargetError(f"no such file: {module_ref}")
         module = _import_file(path, module_ref)
     else:
-        try:
-            module = importlib.import_module(module_ref)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_ref.startswith(exc.name):
-                raise TargetError(f"no module named {module_ref!r}") from None
-            raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
-            raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
+        module = _import_module(module_ref)
     if not hasattr(module, name):
         raise TargetError(f"{module_ref} has no attribute {name!r}")
     step = getattr(module, name)
     if not callable(step):
         raise TargetError(f"{module_ref}:{name} is not callable (it is a {type(step).__name__})")
+    _check_takes_no_arguments(spec, step)
     return Target(spec, step, getattr(module, "__file__", "") or "")
+
+
+def _check_takes_no_arguments(spec: str, step: Callable) -> None:
+    # Called with arguments it would fail at step 1 with a TypeError and the verdict "error":
+    # a mistake in the command, not a finding about the step.
+    try:
+        params = inspect.signature(step).parameters.values()
+    except (ValueError, TypeError):  # some builtins and C callables have no signature: let them run
+        return
+    required = [p.name for p in params
+                if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if required:
+        raise TargetError(f"{spec} takes arguments ({', '.join(required)}): the probe calls it with none")
+
+
+def _import_module(module_ref: str):
+    # The console script's sys.path[0] is its bin directory, not the current one, so a package in
+    # the project root would not be found; `python -m` and pytest's rootdir insertion put it first.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_ref)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_ref.startswith(exc.name):
+            raise TargetError(f"no module named {module_ref!r}") from None
+        raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:
+        raise TargetError(_exit_at_import(module_ref, exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
+        raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
+
+
+def _exit_at_import(shown: str, exc: SystemExit) -> str:
+    called = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+    return (f"importing {shown} called {called}; if that was argparse, at import time it sees gradlint's own "
+            f"arguments: parse them under `if __name__ == \"__main__\":`")
 
 
 def _import_file(path: str, shown: str):
@@ -73,6 +106,9 @@ def _import_file(path: str, shown: str):
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:
+        sys.modules.pop(module_name, None)
+        raise TargetError(_exit_at_import(shown, exc)) from None
     except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
         sys.modules.pop(module_name, None)
         raise TargetError(f"importing {shown} raised {type(exc).__name__}: {exc}") from None

@@ -114,3 +114,163 @@ def test_without_torch_the_probe_says_so_in_one_line(monkeypatch):
 def test_importing_the_probe_command_does_not_import_torch():
     code = "import sys, gradlint.runtime_probe.cli, gradlint.runtime_probe; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+CLI_STEPS = Path(__file__).parent / "probe_targets" / "cli_steps.py"
+TARGETS = Path(__file__).parent / "probe_targets"
+
+
+def test_the_console_script_finds_a_package_in_the_current_directory():
+    pytest.importorskip("torch")
+    script = Path(sys.executable).parent / "gradlint"
+    if not script.exists():
+        pytest.skip("gradlint is not installed as a console script beside this python")
+    # The console script's sys.path[0] is its bin directory: only the fix puts the project root first.
+    result = subprocess.run([str(script), "probe", "cli_pkg.train:step", "--steps", "20", "--quiet"],
+                            cwd=TARGETS, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "  verdict: clean\n" in result.stdout
+
+
+@pytest.mark.parametrize(("option", "name", "message"), [
+    ("--json", "missing/probe.json", "--json {path}: directory {parent} does not exist"),
+    ("--plot", "missing/probe.png", "--plot {path}: directory {parent} does not exist"),
+    ("--json", "a_file/probe.json", "--json {path}: {parent} is not a directory"),
+    ("--plot", "probe.txt", "--plot {path}: the plot is a PNG, name it *.png"),
+    ("--plot", "probe", "--plot {path}: the plot is a PNG, name it *.png"),
+])
+def test_an_output_that_cannot_be_written_is_a_usage_error_before_any_step(tmp_path, option, name, message):
+    pytest.importorskip("torch")
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    (tmp_path / "a_file").write_text("")
+    path = tmp_path / name
+    # raising_step fails at step 7: a usage error exits 2 before it, not 1 after it.
+    result = run(f"{STEPS}:raising_step", "--steps", "20", "--quiet", option, str(path))
+    expected = message.format(path=path, parent=path.parent)
+    assert (result.exit_code, result.output) == (2, f"gradlint probe: error: {expected}\n")
+
+
+def test_a_json_write_that_fails_after_the_run_is_one_line_after_the_report(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from gradlint.runtime_probe import report
+
+    def disk_full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "write_json", disk_full)
+    out = tmp_path / "probe.json"
+    result = run(f"{STEPS}:clean_step", "--steps", "20", "--quiet", "--json", str(out))
+    assert result.exit_code == 2
+    assert "verdict: clean" in result.output and "Traceback" not in result.output
+    assert result.output.endswith(f"gradlint probe: error: --json {out}: No space left on device\n")
+
+
+@pytest.mark.parametrize(("target", "called"), [
+    (TARGETS / "cli_import_exits.py", "sys.exit(4)"),
+    (TARGETS / "cli_import_argparse.py", "sys.exit(2)"),
+])
+def test_a_target_that_exits_while_imported_is_a_usage_error(target, called):
+    pytest.importorskip("torch")
+    result = run(f"{target}:step", "--steps", "5", "--quiet")
+    assert result.exit_code == 2
+    # argparse prints its own usage first; gradlint's line is the last and says what happened.
+    assert result.output.splitlines()[-1] == (
+        f"gradlint probe: error: importing {target} called {called}; if that was argparse, at import time it "
+        f"sees gradlint's own arguments: parse them under `if __name__ == \"__main__\":`")
+
+
+def test_a_package_target_that_exits_while_imported_is_a_usage_error(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(TARGETS))
+    result = run("cli_import_exits:step", "--steps", "5", "--quiet")
+    assert result.exit_code == 2
+    assert result.output.startswith("gradlint probe: error: importing cli_import_exits called sys.exit(4); ")
+
+
+def test_a_step_that_calls_sys_exit_is_an_error_verdict_with_the_report():
+    pytest.importorskip("torch")
+    result = run(f"{CLI_STEPS}:exits_at_5", "--steps", "20", "--quiet")
+    assert result.exit_code == 1, result.output
+    assert "verdict: error" in result.output
+    assert "step 5 raised at" in result.output and "SystemExit: 3" in result.output
+
+
+@pytest.mark.parametrize(("name", "arguments"), [
+    ("step_with_batch", "batch"),
+    ("step_with_keyword_lr", "lr"),
+])
+def test_a_step_that_needs_arguments_is_a_usage_error(name, arguments):
+    pytest.importorskip("torch")
+    result = run(f"{CLI_STEPS}:{name}", "--steps", "20", "--quiet")
+    assert (result.exit_code, result.output) == (
+        2, f"gradlint probe: error: {CLI_STEPS}:{name} takes arguments ({arguments}): the probe calls it with none\n")
+
+
+def test_a_step_whose_arguments_all_have_defaults_runs():
+    pytest.importorskip("torch")
+    result = run(f"{CLI_STEPS}:step_with_defaults", "--steps", "20", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "verdict: clean" in result.output
+
+
+def test_an_import_that_raises_is_one_line_and_exit_2():
+    pytest.importorskip("torch")
+    target = TARGETS / "cli_import_raises.py"
+    result = run(f"{target}:step", "--steps", "5", "--quiet")
+    assert (result.exit_code, result.output) == (
+        2, f"gradlint probe: error: importing {target} raised ValueError: the dataset is empty\n")
+
+
+def test_ctrl_c_during_a_clean_run_exits_130_with_a_partial_report():
+    pytest.importorskip("torch")
+    result = run(f"{CLI_STEPS}:interrupted_at_15", "--steps", "40", "--quiet")
+    assert result.exit_code == 130, result.output
+    assert "(14/40 steps" in result.output
+    assert "interrupted after step 14: a partial report" in result.output and "verdict: clean" in result.output
+
+
+def test_the_self_test_exits_1_when_a_scenario_does_not_match_what_it_declares(monkeypatch):
+    pytest.importorskip("torch")
+    from gradlint.runtime_probe import scenarios
+    from gradlint.runtime_probe.selftest import load_scenario
+
+    monkeypatch.setattr(scenarios, "NAMES", ("clean",))
+    monkeypatch.setattr(load_scenario("clean"), "EXPECTED_VERDICT", "retained")
+    result = run("--steps", "20", "--quiet")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("FAIL clean               clean         (expected retained    )")
+    assert "0 of 1 scenarios match what they declare; mismatched: clean" in result.output
+
+
+@pytest.mark.parametrize(("quiet", "shown"), [((), True), (("--quiet",), False)])
+def test_the_progress_bar_is_shown_unless_quiet(quiet, shown):
+    pytest.importorskip("torch")
+    result = run(f"{STEPS}:clean_step", "--steps", "20", *quiet)
+    assert result.exit_code == 0, result.output
+    assert ("probing" in result.output) is shown
+
+
+def test_a_gc_interval_the_probe_lowers_is_noted_with_the_reason():
+    pytest.importorskip("torch")
+    # 30 measured steps: at least four collections means one every 7 steps at most.
+    result = run(f"{STEPS}:clean_step", "--steps", "40", "--gc-every", "50", "--track-every", "1", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "gc every 7)" in result.output
+    assert ("gradlint probe: note: gc every 7 steps, not 50: at most every 7 steps, so the 30 steps after "
+            "warm-up have at least four collections to judge growth on\n") in result.output
+
+
+def test_a_gc_interval_rounded_to_the_tracking_stride_is_noted():
+    pytest.importorskip("torch")
+    result = run(f"{STEPS}:clean_step", "--steps", "100", "--gc-every", "10", "--track-every", "4", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert ("gradlint probe: note: gc every 8 steps, not 10: a multiple of the tracking stride 4, so a tracked "
+            "step comes before each collection\n") in result.output
+
+
+def test_the_default_gc_interval_is_adjusted_without_a_note():
+    pytest.importorskip("torch")
+    result = run(f"{STEPS}:clean_step", "--steps", "40", "--track-every", "1", "--quiet")
+    assert result.exit_code == 0 and "gc every 7)" in result.output
+    assert "note:" not in result.output
