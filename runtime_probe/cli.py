@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 from click.core import ParameterSource
@@ -16,6 +17,21 @@ from click.core import ParameterSource
 def _fail(message: str) -> None:
     click.echo(f"gradlint probe: error: {message}", err=True)
     sys.exit(2)
+
+
+def _one_line_fallback_warnings() -> None:
+    """The bundled op's fallback warning as one line: Python would print its source line under it."""
+    from gradlint.cuda_ext import ExtensionFallbackWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ExtensionFallbackWarning):
+            click.echo(f"gradlint probe: warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def _check_output(option: str, path: str, suffix: str | None = None) -> None:
@@ -86,6 +102,7 @@ def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_
         _check_output("--plot", plot_file, ".png")
     if json_file:
         _check_output("--json", json_file)
+    _one_line_fallback_warnings()
     from . import report as render
     from .api import resolve_device
 
@@ -162,6 +179,9 @@ def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file
             line += "  peak/step " + ", ".join(f"{k} {render.human_bytes(v)}" for k, v in r.comparison.items())
         lines.append(line.rstrip())
     click.echo("\n".join(lines))
+    backend = _bundled_op_backend()
+    if backend is not None:
+        click.echo(f"note: the scenarios ran scatter_add's pure-torch reference, not the compiled op ({backend})")
     rows = [row for r in results for row in r.rows]
     click.echo("\ncross-check (runtime vs gradlint check):")
     click.echo(render.table_text(rows, with_scenario=True), nl=False)
@@ -174,6 +194,14 @@ def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file
     click.echo(f"\n{len(results) - len(failed)} of {len(results)} scenarios match what they declare"
                + (f"; mismatched: {', '.join(failed)}" if failed else ""))
     return (1 if failed else 0), reports
+
+
+def _bundled_op_backend() -> str | None:
+    """Why the scenarios ran the reference op, or None when they ran the compiled one."""
+    from gradlint import cuda_ext
+
+    backend = cuda_ext.load()
+    return backend.fallback_reason if backend.name == cuda_ext.REFERENCE else None
 
 
 def _outputs(reports, rows, json_file, plot_file, render) -> None:

@@ -127,6 +127,17 @@ def test_without_a_compiler_scatter_add_falls_back_to_the_reference(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_probe_self_test_says_in_one_line_each_that_it_ran_the_reference(tmp_path):
+    env = {**os.environ, "GRADLINT_EXT_CACHE": str(tmp_path / "cache"), "CXX": str(tmp_path / "no-such-c++")}
+    done = subprocess.run([sys.executable, "-m", "gradlint", "probe", "--steps", "40", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    warned = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(warned) == 1 and warned[0].startswith("gradlint probe: warning: gradlint.cuda_ext: no C++ compiler"), warned
+    assert "note: the scenarios ran scatter_add's pure-torch reference, not the compiled op (no C++ compiler" in done.stdout
+
+
+@pytest.mark.slow
 def test_without_ninja_scatter_add_falls_back_to_the_reference(tmp_path):
     tools = tmp_path / "bin"
     tools.mkdir()
