@@ -2,6 +2,8 @@
 
 Both sides name a holder the same way (`KNNScatter.ctx.out`, `PointEncoder.activations`,
 `HISTORY`, `losses`, a Function name for GL201/GL301), so the join is on that subject and file.
+An attribute of an instance bound to a global is `Logger.history` at runtime and `log.history`
+in the source: the holder carries the second as an alias, and the join tries both.
 """
 
 from __future__ import annotations
@@ -69,18 +71,19 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
     used: set[int] = set()
     rows: list[Row] = []
 
-    def match(subject: str, file: str = ""):
+    def match(subjects: list[str], file: str = ""):
+        # A finding in the holder's own file first, under any of its names; then any file.
         hits = [i for i, f in enumerate(findings)
-                if f.subject == subject and (not file or _same_file(f.path, file))]
+                if f.subject in subjects and (not file or _same_file(f.path, file))]
         if not hits and file:
-            hits = [i for i, f in enumerate(findings) if f.subject == subject]
+            hits = [i for i, f in enumerate(findings) if f.subject in subjects]
         return hits
 
     def static_text(hits):
         return ", ".join(f"{findings[i].code} at {display_path(findings[i].path)}:{findings[i].line}" for i in hits) or "-"
 
     for holder in report.holders:
-        hits = match(holder.subject, holder.file) if holder.subject else []
+        hits = match([holder.subject, *holder.aliases], holder.file) if holder.subject else []
         used.update(hits)
         rows.append(Row(holder.subject or "(unnamed: " + ", ".join(holder.created_at) + ")",
                         holder.bytes_per_step, holder.graph_nodes_per_step, holder.verdict or report.verdict.value,
@@ -89,7 +92,7 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
     if report.error is not None:
         m = _FUNCTION_IN_ERROR.search(report.error.exception)
         subject = m.group(1) if m else ""
-        hits = match(subject) if subject else []
+        hits = match([subject]) if subject else []
         used.update(hits)
         rows.append(Row(subject or "(step)", None, 0.0, "error", static_text(hits),
                         CONFIRMED if hits else RUNTIME_ONLY, f"step {report.error.step}: {report.error.exception}", scenario))
