@@ -51,7 +51,8 @@ def report_text(report: ProbeReport) -> str:
         lines.append(f"  at this rate{rate} the {report.device} memory now free is gone after "
                      f"~{report.steps_to_oom:,.0f} steps")
     for h in report.holders:
-        lines.append(f"  held by {h.subject or '(unnamed)'}: {h.detail}" + (f" [{h.where}]" if h.where else ""))
+        also = f" ({', '.join(h.aliases)})" if h.aliases else ""
+        lines.append(f"  held by {h.subject or '(unnamed)'}{also}: {h.detail}" + (f" [{h.where}]" if h.where else ""))
         lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
         for site in h.created_at[:3]:
             lines.append(f"    created at {site}")
