@@ -8,7 +8,7 @@ bytes barely move while the graph grows, so the probe counts the graph itself.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 _leaf = None
 
@@ -64,3 +64,40 @@ def reachable_nodes(tensors: Iterable, ranges: list[tuple[int, int]] | None = No
 def graph_roots(tensors: Iterable) -> list:
     """Tensors that carry a graph (grad_fn set)."""
     return [t for t in tensors if getattr(t, "grad_fn", None) is not None]
+
+
+_saved_names: dict[type, tuple[str, ...]] = {}
+
+
+def saved_tensors(root, seen: set[int]) -> Iterator:
+    """Tensors saved inside the nodes reachable from `root`'s grad_fn that are not in `seen`
+    (shared across roots, so a node is read once): what a branch backward never ran keeps.
+
+    Built-in nodes expose each saved input or output as a `_saved_*` attribute; a custom
+    Function's node as `saved_tensors`. Reading one after backward freed it raises: skipped.
+    """
+    stack = [getattr(root, "grad_fn", None)]
+    keep = []  # hold the node wrappers while walking so ids stay unique
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        for name in _saved_attributes(node):
+            try:
+                value = getattr(node, name)
+            except RuntimeError:
+                continue
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(item, "untyped_storage"):  # also saved: sizes, scalars, None
+                    yield item
+        stack.extend(child for child, _ in getattr(node, "next_functions", ()))
+
+
+def _saved_attributes(node) -> tuple[str, ...]:
+    names = _saved_names.get(type(node))
+    if names is None:
+        names = tuple(n for n in dir(node) if n.startswith("_saved_") or n == "saved_tensors")
+        _saved_names[type(node)] = names
+    return names

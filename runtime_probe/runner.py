@@ -164,8 +164,10 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
             run.survivor_steps = {r.step for r in survivors}
             run.survivor_bytes = sum(r.nbytes for r in survivors)
             if attribute:
-                run.retained_holders = _attribute(tracker, survivors, run)
-                run.graph_holders = _attribute_graph(tracker)
+                roots = graph.graph_roots(tracker.live_tensors())
+                run.retained_holders = _attribute(tracker, survivors, run, roots)
+                run.graph_holders = _graph_holders(roots)
+                del roots
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
@@ -265,7 +267,7 @@ def _reclaimed(pending, window: int) -> list[Holder]:
     return holders
 
 
-def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run: Run) -> list[Holder]:
+def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run: Run, roots: list) -> list[Holder]:
     if not survivors:
         return []
     records = {id(r): r for r in survivors}
@@ -273,7 +275,8 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     records = keyed
     measured = max(1, run.tracked_between(run.warmup, run.steps_done - 2))
     holders = []
-    for holder, keys in _holders_for(tracker, records).values():
+    grouped = _adopt_saved(tracker, _holders_for(tracker, records), roots)
+    for holder, keys in grouped.values():
         holder.bytes_per_step = sum(records[k].nbytes for k in keys) / measured
         holder.verdict = "retained"
         holders.append(holder)
@@ -281,17 +284,42 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     return holders
 
 
-def _attribute_graph(tracker: LiveStorageTracker) -> list[Holder]:
-    """Name what holds the live tensors that carry a graph (the roots of a growing chain)."""
-    roots = graph.graph_roots(tracker.live_tensors())
-    if not roots:
-        return []
-    holders = find_holders(roots)
-    out: dict[str, Holder] = {}
-    for root, holder in zip(roots, holders):
-        if holder is None:
+def _adopt_saved(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, list[int]]], roots: list,
+                 roots_per_site: int = 6) -> dict[str, tuple[Holder, list[int]]]:
+    """Storages with no Python referrer that a live graph saves (a branch backward never ran
+    through keeps its nodes' saved tensors) belong to whatever holds that graph's root."""
+    unnamed = [subject for subject, (holder, _) in grouped.items() if not holder.subject]
+    if not unnamed or not roots:
+        return grouped
+    saving_root: dict[int, object] = {}
+    seen: set[int] = set()
+    for root in roots:
+        for t in graph.saved_tensors(root, seen):
+            saving_root.setdefault(tracker.storage_key(t), root)
+    for subject in unnamed:
+        holder, keys = grouped[subject]
+        picked = list({id(r): r for r in (saving_root[k] for k in keys if k in saving_root)}.values())
+        # One named root is enough: the site's storages were made by the same line each step.
+        named = next((h for h in find_holders(picked[-roots_per_site:]) if h is not None), None) if picked else None
+        del picked
+        if named is None:
             continue
-        entry = out.setdefault(holder.subject, holder)
-        entry.graph_nodes_per_step += 0  # filled by the report from the graph series
-    del roots
+        adopted = [k for k in keys if k in saving_root]
+        entry = grouped.setdefault(named.subject, (named, []))
+        entry[1].extend(adopted)
+        site = f"{_site(tracker.records[adopted[0]])}, saved in the graph"
+        if site not in entry[0].created_at:
+            entry[0].created_at.append(site)
+        keys[:] = [k for k in keys if k not in saving_root]
+        if not keys:
+            del grouped[subject]
+    return grouped
+
+
+def _graph_holders(roots: list) -> list[Holder]:
+    """Name what holds the live tensors that carry a graph (the roots of a growing chain)."""
+    out: dict[str, Holder] = {}
+    for holder in find_holders(roots) if roots else []:
+        if holder is not None:
+            out.setdefault(holder.subject, holder)
     return list(out.values())

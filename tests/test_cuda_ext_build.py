@@ -186,3 +186,52 @@ def test_cuda_kernels_compile_with_nvcc_and_no_torch_headers(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "kernels.o").stat().st_size > 0
+
+
+def fake_cuda(monkeypatch, cuda_home):
+    import torch
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", cuda_home)
+
+
+def test_with_a_gpu_but_no_toolkit_the_cuda_kernels_are_skipped_with_the_reason(monkeypatch, tmp_path):
+    from gradlint.cuda_ext import build
+
+    fake_cuda(monkeypatch, None)
+    toolchain = build.find_toolchain()
+    assert toolchain.nvcc is None and "no CUDA toolkit was found (set CUDA_HOME)" in toolchain.cuda_skip_reason
+    fake_cuda(monkeypatch, str(tmp_path))
+    toolchain = build.find_toolchain()
+    assert toolchain.nvcc is None and toolchain.cuda_skip_reason == f"no nvcc at {tmp_path / 'bin' / 'nvcc'}"
+
+
+def test_with_a_gpu_and_nvcc_the_cuda_sources_join_the_build(monkeypatch, tmp_path):
+    from torch.utils import cpp_extension
+
+    from gradlint.cuda_ext import build
+
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    nvcc.chmod(0o755)
+    fake_cuda(monkeypatch, str(tmp_path / "cuda"))
+    toolchain = build.find_toolchain()
+    assert toolchain.nvcc == str(nvcc) and toolchain.cuda_skip_reason is None
+    assert toolchain.nvcc_version == "Cuda compilation tools, release 13.0, V13.0.48"
+
+    asked = {}
+
+    def load(**kwargs):
+        asked.update(kwargs)
+        raise RuntimeError("stopped before compiling")
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setenv("GRADLINT_EXT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(build.BuildUnavailable, match="stopped before compiling"):
+        build.build_and_load(toolchain)
+    assert asked["with_cuda"] is True
+    assert sorted(Path(s).name for s in asked["sources"]) == sorted(build.CPU_SOURCES + build.CUDA_SOURCES)
+    assert any(s.endswith(".cu") for s in asked["sources"])
+    assert "-cuda-" in Path(asked["build_directory"]).name

@@ -162,3 +162,14 @@ def test_on_cuda_the_allocator_slope_is_reported_and_paces_the_memory_estimate(m
     assert "cuda allocator (torch.cuda.memory_allocated after collection): +512 B/step" in text
     assert "(allocator +512 B/step" in text
     assert report.to_dict()["cuda_bytes_per_step"] == pytest.approx(512)
+
+
+def test_tensors_saved_in_a_branch_backward_never_ran_are_counted_and_held_by_the_kept_root():
+    report = probe(step("keep_an_unused_branch"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    # The kept 0-d score (4 B) and the exp node's saved output (32 x 4 float32 = 512 B), which only
+    # C++ holds: the tracker sees it, and it is named by what holds the graph's root.
+    assert report.bytes_per_step == pytest.approx(516.0)
+    (holder,) = report.holders
+    assert holder.subject == "side_scores" and holder.bytes_per_step == pytest.approx(516.0)
+    assert any("(exp.default), saved in the graph" in site for site in holder.created_at), holder.created_at

@@ -93,3 +93,17 @@ def raising_step():
     if calls == 7:
         raise ValueError("batch 7 is empty")
     clean_step()
+
+
+side_scores = []
+
+
+def keep_an_unused_branch():
+    # backward runs through the loss only: the exp node of the side branch keeps its saved
+    # output (32 x 4 float32 = 512 B) inside C++, reachable from the kept score alone.
+    optimizer.zero_grad()
+    h = model(torch.randn(32, 16))
+    side_scores.append(h.exp().sum())
+    loss = h.pow(2).mean()
+    loss.backward()
+    optimizer.step()
