@@ -5,9 +5,11 @@ The module is imported once; its import runs the set-up (model, optimizer, data)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -75,21 +77,40 @@ def _import_module(module_ref: str):
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return importlib.import_module(module_ref)
+        return _user_import(lambda: importlib.import_module(module_ref), module_ref)
+    except TargetError:
+        raise
     except ModuleNotFoundError as exc:
         if exc.name and module_ref.startswith(exc.name):
             raise TargetError(f"no module named {module_ref!r}") from None
         raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
-    except SystemExit as exc:
-        raise TargetError(_exit_at_import(module_ref, exc)) from None
     except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
         raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
 
 
-def _exit_at_import(shown: str, exc: SystemExit) -> str:
+def _user_import(load: Callable[[], object], shown: str):
+    """Run the import with its stderr held back and replayed once it succeeds: when it fails,
+    gradlint's error is the one line (argparse's usage lines would come before it)."""
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            module = load()
+    except SystemExit as exc:
+        raise TargetError(_exit_at_import(shown, exc, held.getvalue())) from None
+    if held.getvalue():
+        sys.stderr.write(held.getvalue())
+        sys.stderr.flush()
+    return module
+
+
+def _exit_at_import(shown: str, exc: SystemExit, said: str) -> str:
     called = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
-    return (f"importing {shown} called {called}; if that was argparse, at import time it sees gradlint's own "
-            f"arguments: parse them under `if __name__ == \"__main__\":`")
+    last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
+    message = f"importing {shown} called {called}" + (f" after printing {last!r}" if last else "")
+    if said.lstrip().startswith("usage:"):
+        message += ("; argparse at import time sees gradlint's own arguments: "
+                    "parse them under `if __name__ == \"__main__\":`")
+    return message
 
 
 def _import_file(path: str, shown: str):
@@ -105,10 +126,10 @@ def _import_file(path: str, shown: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
     try:
-        spec.loader.exec_module(module)
-    except SystemExit as exc:
+        _user_import(lambda: spec.loader.exec_module(module), shown)
+    except TargetError:
         sys.modules.pop(module_name, None)
-        raise TargetError(_exit_at_import(shown, exc)) from None
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
         sys.modules.pop(module_name, None)
         raise TargetError(f"importing {shown} raised {type(exc).__name__}: {exc}") from None
