@@ -297,7 +297,7 @@ def _adopt_saved(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, l
         for t in graph.saved_tensors(root, seen):
             saving_root.setdefault(tracker.storage_key(t), root)
     for subject in unnamed:
-        holder, keys = grouped[subject]
+        keys = grouped[subject][1]
         picked = list({id(r): r for r in (saving_root[k] for k in keys if k in saving_root)}.values())
         # One named root is enough: the site's storages were made by the same line each step.
         named = next((h for h in find_holders(picked[-roots_per_site:]) if h is not None), None) if picked else None
