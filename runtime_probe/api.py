@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from . import signals
 from .attribute import Holder
 from .runner import Run, StepError, run_steps
-from .verdict import Verdict, growing, robust_slope, survivor_spread
+from .verdict import Verdict, growing, levelled_off, robust_slope, survivor_spread
 
 
 @dataclass
@@ -120,8 +120,10 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     reclaiming = sum(1 for r in reclaims if r > 0)
     delayed = reclaiming >= max(1, len(reclaims) // 2)
 
+    level = levelled_off([c.live_after for c in series])
+
     holders: list[Holder] = []
-    if spread.steady and retained_bytes > 0 or graph_grows:
+    if spread.steady and retained_bytes > 0 and level is None or graph_grows:
         verdict = Verdict.RETAINED
         holders = list(run.retained_holders)
         if graph_grows:
@@ -152,6 +154,10 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
         verdict = Verdict.CLEAN
         bytes_per_step = 0.0
         reason = f"no growth after warm-up ({measured} steps measured, {len(after)} collections)"
+        if level is not None:
+            reason = (f"live tensors grew by {series[-1].live_after - series[0].live_after:,} B after warm-up, then "
+                      f"stayed level from step {series[level].step} to {series[-1].step}: bounded (a cache, a buffer "
+                      "or optimizer state that filled), not a leak")
         confidence = round(1.0 - reclaiming / len(reclaims), 2)
     free = signals.device_free_bytes(device) if verdict.is_leak else None
     # On the CPU a retained graph's C++ nodes use the same memory as the tensors, and only the

@@ -67,3 +67,12 @@ def growing(values: list[int]) -> bool:
         return False
     ups = sum(1 for a, b in zip(values, values[1:]) if b > a)
     return ups >= min(3, len(values) - 1) and values[-1] > values[0] and min(values) >= values[0]
+
+
+def levelled_off(values: list[int]) -> int | None:
+    """For a series that grew and then stayed at or under its final level for at least its whole
+    second half, the index where it reached that level; else None. A bounded cache or buffer
+    fills and stops (its survivors spread over the run like a leak's), a leak keeps climbing."""
+    if len(values) < 5 or values[-1] <= values[0] or values[-1] > values[len(values) // 2]:
+        return None
+    return next(i for i, v in enumerate(values) if v >= values[-1])

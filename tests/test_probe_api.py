@@ -173,3 +173,19 @@ def test_tensors_saved_in_a_branch_backward_never_ran_are_counted_and_held_by_th
     (holder,) = report.holders
     assert holder.subject == "side_scores" and holder.bytes_per_step == pytest.approx(516.0)
     assert any("(exp.default), saved in the graph" in site for site in holder.created_at), holder.created_at
+
+
+def test_a_bounded_buffer_that_fills_and_stays_level_is_clean_with_the_growth_said():
+    report = probe(step("replay_buffer"), steps=90, track_every=1)
+    assert report.verdict is Verdict.CLEAN, report.reason
+    assert "then stayed level from step 30 to 90: bounded" in report.reason
+
+
+def test_a_series_levelled_off_only_when_its_whole_second_half_stays_at_the_final_level():
+    from gradlint.runtime_probe.verdict import levelled_off
+
+    assert levelled_off([0, 10, 20, 30, 30, 30, 30, 30]) == 3
+    assert levelled_off([0, 10, 20, 30, 40, 50, 60, 70]) is None  # a leak keeps climbing
+    assert levelled_off([0, 0, 0, 0, 0, 0]) is None  # never grew
+    assert levelled_off([0, 10, 20, 30, 30, 40]) is None  # still rising at the end
+    assert levelled_off([0, 10, 20, 30]) is None  # too few collections to say

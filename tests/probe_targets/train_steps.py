@@ -1,5 +1,7 @@
 """User-style training steps for the probe's tests: one set-up at import, one step per function."""
 
+import collections
+
 import torch
 from torch import nn
 
@@ -107,3 +109,13 @@ def keep_an_unused_branch():
     loss = h.pow(2).mean()
     loss.backward()
     optimizer.step()
+
+
+replay = collections.deque(maxlen=30)
+
+
+def replay_buffer():
+    # A bounded buffer: it fills by step 30, then each new batch pushes the oldest out.
+    x = torch.randn(32, 16)
+    replay.append(x)
+    clean_step()
