@@ -80,7 +80,7 @@ def _global_line(module: types.ModuleType, name: str) -> int:
 @dataclass
 class _Node:
     obj: object
-    target: int
+    targets: list[int]  # the targets this object is on the way up from (a list holds many)
     attr: str | None  # the nearest dict key on the way up
 
 
@@ -141,7 +141,7 @@ def find_holders(targets: list, max_depth: int = 7) -> list[Holder | None]:
     """One Holder (or None) per target object."""
     module_dicts = {id(m.__dict__): m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)}
     resolved: dict[int, Holder] = {}
-    frontier: dict[int, _Node] = {id(t): _Node(t, i, None) for i, t in enumerate(targets)}
+    frontier: dict[int, _Node] = {id(t): _Node(t, [i], None) for i, t in enumerate(targets)}
     ignore: set[int] = {id(targets), id(resolved), id(frontier)}
     seen: set[int] = set(frontier)
     for _ in range(max_depth):
@@ -166,11 +166,15 @@ def find_holders(targets: list, max_depth: int = 7) -> list[Holder | None]:
                 continue
             for child in gc.get_referents(r):
                 node = frontier.get(id(child))
-                if node is None or node.target in resolved:
+                if node is None or all(t in resolved for t in node.targets):
                     continue
                 holder, up = _classify(r, child, node, module_dicts)
                 if holder is not None:
-                    resolved[node.target] = holder
+                    for target in node.targets:
+                        resolved.setdefault(target, holder)
+                elif up is not None and id(r) in nxt:
+                    # A second item of the same container: it is named with the first.
+                    nxt[id(r)].targets.extend(node.targets)
                 elif up is not None and id(r) not in seen:
                     seen.add(id(r))
                     nxt[id(r)] = up
@@ -191,7 +195,7 @@ def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node
             file = getattr(module, "__file__", "") or ""
             return Holder("global", key, file, _global_line(module, key),
                           f"module-level {type(child).__name__} {key!r} in {module.__name__}"), None
-        return None, _Node(r, node.target, key)
+        return None, _Node(r, list(node.targets), key)
     if isinstance(r, types.FrameType):
         name = next((k for k, v in r.f_locals.items() if v is child), node.attr or "?")
         return Holder("local", name, r.f_code.co_filename, r.f_lineno,
@@ -209,7 +213,7 @@ def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node
         if getattr(r, registry, None) is child and node.attr:
             return _holder_for_owner(r, node.attr), None
     if isinstance(r, _CONTAINERS) or type(r).__name__ in ("deque", "cell", "OrderedDict"):
-        return None, _Node(r, node.target, node.attr)
+        return None, _Node(r, list(node.targets), node.attr)
     if isinstance(r, (types.FunctionType, types.ModuleType, type)):
         return None, None
     return None, None

@@ -165,9 +165,11 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
             run.survivor_bytes = sum(r.nbytes for r in survivors)
             if attribute:
                 roots = graph.graph_roots(tracker.live_tensors())
-                run.retained_holders = _attribute(tracker, survivors, run, roots)
-                run.graph_holders = _graph_holders(roots)
+                named_roots = [(t, h) for t, h in zip(roots, find_holders(roots) if roots else []) if h is not None]
                 del roots
+                run.retained_holders = _attribute(tracker, survivors, run, named_roots)
+                run.graph_holders = _by_subject(h for _, h in named_roots)
+                del named_roots
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
@@ -239,11 +241,10 @@ def _holders_for(tracker: LiveStorageTracker, records: dict[int, StorageRecord],
     for site, keys in by_site.items():
         holder = site_holder.get(site) or Holder("unknown", "", detail="no Python referrer: held inside the autograd graph or by C++")
         subject = holder.subject or f"<unnamed {site}>"
-        if subject not in grouped:
-            grouped[subject] = (holder, [])
-        grouped[subject][1].extend(keys)
-        if site not in holder.created_at:
-            holder.created_at.append(site)
+        entry = grouped.setdefault(subject, (holder, []))
+        entry[1].extend(keys)
+        if site not in entry[0].created_at:
+            entry[0].created_at.append(site)
     return grouped
 
 
@@ -267,7 +268,8 @@ def _reclaimed(pending, window: int) -> list[Holder]:
     return holders
 
 
-def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run: Run, roots: list) -> list[Holder]:
+def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run: Run,
+               named_roots: list[tuple[object, Holder]]) -> list[Holder]:
     if not survivors:
         return []
     records = {id(r): r for r in survivors}
@@ -275,7 +277,7 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     records = keyed
     measured = max(1, run.tracked_between(run.warmup, run.steps_done - 2))
     holders = []
-    grouped = _adopt_saved(tracker, _holders_for(tracker, records), roots)
+    grouped = _adopt_saved(tracker, _holders_for(tracker, records), named_roots)
     for holder, keys in grouped.values():
         holder.bytes_per_step = sum(records[k].nbytes for k in keys) / measured
         holder.verdict = "retained"
@@ -284,42 +286,36 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     return holders
 
 
-def _adopt_saved(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, list[int]]], roots: list,
-                 roots_per_site: int = 6) -> dict[str, tuple[Holder, list[int]]]:
-    """Storages with no Python referrer that a live graph saves (a branch backward never ran
-    through keeps its nodes' saved tensors) belong to whatever holds that graph's root."""
+def _adopt_saved(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, list[int]]],
+                 named_roots: list[tuple[object, Holder]]) -> dict[str, tuple[Holder, list[int]]]:
+    """Storages with no Python referrer that a named holder's graph saves (a branch backward
+    never ran through, a state carried across steps) belong to that holder, not to '(unnamed)'."""
     unnamed = [subject for subject, (holder, _) in grouped.items() if not holder.subject]
-    if not unnamed or not roots:
+    if not unnamed or not named_roots:
         return grouped
-    saving_root: dict[int, object] = {}
-    seen: set[int] = set()
-    for root in roots:
+    owner: dict[int, Holder] = {}
+    seen: set[int] = set()  # shared: a node reachable from several roots is read once
+    for root, holder in named_roots:
         for t in graph.saved_tensors(root, seen):
-            saving_root.setdefault(tracker.storage_key(t), root)
+            owner.setdefault(tracker.storage_key(t), holder)
     for subject in unnamed:
         keys = grouped[subject][1]
-        picked = list({id(r): r for r in (saving_root[k] for k in keys if k in saving_root)}.values())
-        # One named root is enough: the site's storages were made by the same line each step.
-        named = next((h for h in find_holders(picked[-roots_per_site:]) if h is not None), None) if picked else None
-        del picked
-        if named is None:
-            continue
-        adopted = [k for k in keys if k in saving_root]
-        entry = grouped.setdefault(named.subject, (named, []))
-        entry[1].extend(adopted)
-        site = f"{_site(tracker.records[adopted[0]])}, saved in the graph"
-        if site not in entry[0].created_at:
-            entry[0].created_at.append(site)
-        keys[:] = [k for k in keys if k not in saving_root]
+        for key in (k for k in keys if k in owner):
+            named = owner[key]
+            entry = grouped.setdefault(named.subject, (named, []))
+            entry[1].append(key)
+            site = f"{_site(tracker.records[key])}, saved in the graph"
+            if site not in entry[0].created_at:
+                entry[0].created_at.append(site)
+        keys[:] = [k for k in keys if k not in owner]
         if not keys:
             del grouped[subject]
     return grouped
 
 
-def _graph_holders(roots: list) -> list[Holder]:
-    """Name what holds the live tensors that carry a graph (the roots of a growing chain)."""
+def _by_subject(holders) -> list[Holder]:
+    """The first holder of each name, in order."""
     out: dict[str, Holder] = {}
-    for holder in find_holders(roots) if roots else []:
-        if holder is not None:
-            out.setdefault(holder.subject, holder)
+    for holder in holders:
+        out.setdefault(holder.subject, holder)
     return list(out.values())

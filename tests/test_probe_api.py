@@ -189,3 +189,14 @@ def test_a_series_levelled_off_only_when_its_whole_second_half_stays_at_the_fina
     assert levelled_off([0, 0, 0, 0, 0, 0]) is None  # never grew
     assert levelled_off([0, 10, 20, 30, 30, 40]) is None  # still rising at the end
     assert levelled_off([0, 10, 20, 30]) is None  # too few collections to say
+
+
+@pytest.mark.parametrize("track_every", [1, None])
+def test_a_state_carried_across_steps_is_one_holder_with_the_tensors_its_graph_saves(track_every):
+    report = probe(step("carry_hidden"), steps=40, track_every=track_every)
+    assert report.verdict is Verdict.RETAINED and report.graph_nodes_per_step > 0
+    # Most of the bytes are saved inside the LSTM nodes (no Python referrer): they belong to the
+    # global the chain hangs off, not to an "(unnamed)" row each.
+    (holder,) = report.holders
+    assert holder.subject == "hidden_state" and holder.bytes_per_step > 10_000
+    assert any("saved in the graph" in site for site in holder.created_at), holder.created_at

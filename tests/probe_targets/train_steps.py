@@ -119,3 +119,15 @@ def replay_buffer():
     x = torch.randn(32, 16)
     replay.append(x)
     clean_step()
+
+
+rnn = nn.LSTM(input_size=8, hidden_size=16, batch_first=True)
+hidden_state = None
+
+
+def carry_hidden():
+    # The state is carried into the next step without .detach(): every step's LSTM node and the
+    # tensors it saved stay reachable from it (backward keeps the graph so it can run again).
+    global hidden_state
+    out, hidden_state = rnn(torch.randn(4, 5, 8), hidden_state)
+    out[:, -1].pow(2).mean().backward(retain_graph=True)
