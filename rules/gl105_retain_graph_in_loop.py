@@ -2,9 +2,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradlint.call_sites import in_training_step, is_true, keyword, method_name
+import libcst as cst
+
+from gradlint.call_sites import CallSite, in_training_step, is_true, keyword, method_name
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
+from gradlint.names import dotted
+from gradlint.prescan import descendants
 from gradlint.rule import Hit, Invalid, Rule
 
 _GRAD_CALLS = ("torch.autograd.backward", "torch.autograd.grad")
@@ -105,7 +109,8 @@ def train_step(model, batch, optimizer):
             yield Hit(site.call, (
                 "backward(retain_graph=True) is the step's last backward: the whole graph's saved tensors "
                 "stay alive until the next step replaces them (812548 B in the reference loop, measured); "
-                "usually a state carried between steps is not detached: detach it and drop retain_graph"))
+                "usually a state carried between steps is not detached: detach it and drop retain_graph"),
+                subject=_carried_state(site))
 
     @staticmethod
     def _backward(model: FileModel, call) -> bool:
@@ -115,3 +120,31 @@ def train_step(model, batch, optimizer):
 
     def _retains(self, model: FileModel, call) -> bool:
         return self._backward(model, call) and is_true(keyword(call, "retain_graph"))
+
+
+def _carried_state(site: CallSite) -> str:
+    """The state the step feeds to a call and takes back from it (`out, hidden = rnn(x, hidden)`),
+    named as the probe names its holder (`self.h` in class Trainer: `Trainer.h`); "" when none.
+    The probe measures that state's graph growing, and joins it to this finding through the name."""
+    scope = site.loop or site.function
+    if scope is None:
+        return ""
+    for node in descendants(scope):
+        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
+            continue
+        fed = {dotted(arg.value) for arg in node.value.args} - {None}
+        for target in node.targets:
+            taken = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else (target.target,)
+            for element in taken:
+                name = dotted(element.value if isinstance(element, cst.Element) else element)
+                if name in fed:
+                    return _holder_name(name, site)
+    return ""
+
+
+def _holder_name(name: str, site: CallSite) -> str:
+    head, _, rest = name.partition(".")
+    params = site.function.params.params if site.function is not None else ()
+    if rest and site.owner_class is not None and params and params[0].name.value == head:
+        return f"{site.owner_class.name.value}.{rest}"
+    return name

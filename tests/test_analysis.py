@@ -188,3 +188,30 @@ def test_findings_name_their_holder_for_the_runtime_probe():
         ("GL201", "KNNScatter"), ("GL102", "PointEncoder.activations"), ("GL103", "losses"),
         ("GL104", "total_loss"), ("GL302", "KNNScatter.backward"),
     }
+
+
+@pytest.mark.parametrize("source, subject", [
+    ("""
+        for x, y in loader:
+            out, hidden = rnn(x, hidden)
+            criterion(out, y).backward(retain_graph=True)
+            optimizer.step()
+    """, "hidden"),
+    ("""
+        class Trainer:
+            def step(self, x, y):
+                out, self.state = self.rnn(x, self.state)
+                self.criterion(out, y).backward(retain_graph=True)
+                self.optimizer.step()
+    """, "Trainer.state"),
+    ("""
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward(retain_graph=True)
+            optimizer.step()
+    """, ""),
+])
+def test_gl105_names_the_state_fed_back_into_the_step_for_the_runtime_probe(source, subject):
+    rules = RuleSet.from_settings(Settings(select=("GL105",)))
+    (finding,) = lint_source(textwrap.dedent(source), "t.py", rules).findings
+    assert finding.code == "GL105" and finding.subject == subject
