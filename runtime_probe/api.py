@@ -159,7 +159,9 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
                       f"stayed level from step {series[level].step} to {series[-1].step}: bounded (a cache, a buffer "
                       "or optimizer state that filled), not a leak")
         confidence = round(1.0 - reclaiming / len(reclaims), 2)
-    free = signals.device_free_bytes(device) if verdict.is_leak else None
+    # Only what survives collection runs the memory out: a delayed-free cycle is reclaimed at
+    # each collection, however late, so it gets no countdown.
+    free = signals.device_free_bytes(device) if verdict is Verdict.RETAINED else None
     # On the CPU a retained graph's C++ nodes use the same memory as the tensors, and only the
     # heap signal sees them (losses.append(loss): 4 B/step of storage, ~6 KB/step of heap, measured).
     # On CUDA the allocator rounds each block up, so its slope is what the device really loses.

@@ -44,7 +44,8 @@ def report_text(report: ProbeReport) -> str:
                      f"{report.cuda_bytes_per_step:+,.0f} B/step")
     if report.steps_to_oom is not None:
         heap, cuda = report.heap_bytes_per_step, report.cuda_bytes_per_step
-        rate = (f" (heap +{heap:,.0f} B/step: the graph's C++ nodes)"
+        nodes = ": the graph's C++ nodes" if report.graph_nodes_per_step > 0 else ""
+        rate = (f" (heap +{heap:,.0f} B/step{nodes})"
                 if report.device == "cpu" and heap is not None and heap > report.bytes_per_step else
                 f" (allocator +{cuda:,.0f} B/step: its rounded blocks)"
                 if report.device == "cuda" and cuda is not None and cuda > report.bytes_per_step else "")

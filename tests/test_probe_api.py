@@ -138,12 +138,28 @@ def test_steps_until_memory_is_gone_use_the_faster_of_the_tracker_and_the_heap(m
     assert "heap +" in report_text(report) and "gone after" in report_text(report)
 
 
-def test_clean_code_has_no_steps_until_memory_is_gone(monkeypatch):
+@pytest.mark.parametrize("name, verdict", [("clean_step", Verdict.CLEAN), ("output_on_ctx", Verdict.DELAYED_FREE)])
+def test_only_retained_memory_counts_down_to_running_out(monkeypatch, name, verdict):
+    # A delayed-free cycle is reclaimed at every collection: it piles up, it does not run out.
     from gradlint.runtime_probe import signals
 
     monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
-    report = probe(step("clean_step"), steps=40)
+    report = probe(step(name), steps=40)
+    assert report.verdict is verdict
     assert report.steps_to_oom is None and "gone after" not in report_text(report)
+
+
+def test_heap_growth_is_blamed_on_graph_nodes_only_when_a_graph_grows(monkeypatch):
+    from gradlint.runtime_probe import signals
+
+    keep = step("keep_detached")
+    monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
+    # The heap is faked to outgrow the tensors (10 KB a step), so the report explains it.
+    monkeypatch.setattr(signals, "heap_bytes", lambda: 10_000 * len(keep.__globals__["detached_outputs"]))
+    report = probe(keep, steps=60, track_every=1)
+    assert report.verdict is Verdict.RETAINED and report.graph_nodes_per_step == 0
+    text = report_text(report)
+    assert "(heap +10,000 B/step)" in text and "graph's C++ nodes" not in text
 
 
 def test_on_cuda_the_allocator_slope_is_reported_and_paces_the_memory_estimate(monkeypatch):

@@ -131,3 +131,15 @@ def carry_hidden():
     global hidden_state
     out, hidden_state = rnn(torch.randn(4, 5, 8), hidden_state)
     out[:, -1].pow(2).mean().backward(retain_graph=True)
+
+
+detached_outputs = []
+
+
+def keep_detached():
+    # Kept without their graph: the tensors grow, the graph does not.
+    optimizer.zero_grad()
+    h = model(torch.randn(32, 16))
+    h.pow(2).mean().backward()
+    optimizer.step()
+    detached_outputs.append(h.detach())
