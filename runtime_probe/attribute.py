@@ -12,6 +12,7 @@ import functools
 import gc
 import inspect
 import os
+import re
 import sys
 import sysconfig
 import types
@@ -91,7 +92,9 @@ def _holder_for_owner(owner, attr: str) -> Holder | None:
         fn_cls = getattr(type(owner), "_forward_cls", None)
         name = fn_cls.__name__ if fn_cls else type(owner).__name__
         file, line = _source_line(fn_cls.forward) if fn_cls else ("", 0)
-        return Holder("ctx", f"{name}.ctx.{attr}", file, line,
+        # The store itself, where the static finding points: forward's def line when not found.
+        stored = _ctx_store_line(fn_cls, attr) if fn_cls else 0
+        return Holder("ctx", f"{name}.ctx.{attr}", file, stored or line,
                       f"ctx attribute of {type(owner).__name__} -> Function {name}, forward at {display_path(file)}:{line}")
     if isinstance(owner, (type, types.ModuleType)):
         return None
@@ -135,6 +138,24 @@ def _global_names_of(owner) -> list[str]:
             if value is owner and not name.startswith("__") and name not in names:
                 names.append(name)
     return names
+
+
+def _ctx_store_line(fn_cls: type, attr: str) -> int:
+    """The line of `ctx.<attr> = ...` in the Function's forward or setup_context (its first
+    parameter, whatever it is called), or 0."""
+    for method in ("forward", "setup_context"):
+        function = inspect.unwrap(fn_cls.__dict__.get(method, getattr(fn_cls, method, None)))
+        function = getattr(function, "__func__", function)  # a staticmethod object
+        try:
+            lines, start = inspect.getsourcelines(function)
+            ctx = next(iter(inspect.signature(function).parameters))
+        except (TypeError, OSError, ValueError, StopIteration):
+            continue
+        store = re.compile(rf"\b{re.escape(ctx)}\.{re.escape(attr)}\s*(?:=(?!=)|\+=)")
+        found = next((i for i, text in enumerate(lines) if store.search(text.split("#")[0])), None)
+        if found is not None:
+            return start + found
+    return 0
 
 
 def find_holders(targets: list, max_depth: int = 7) -> list[Holder | None]:

@@ -55,7 +55,9 @@ def test_own_output_on_ctx_is_delayed_free_and_named_with_its_forward():
     assert report.bytes_per_step == 8 * 4 * 4  # the [8, 4] float32 output, every step
     (holder,) = report.holders
     assert holder.subject == "ScatterMean.ctx.out" and holder.kind == "ctx"
-    assert holder.line == line_of("class ScatterMean") + 2  # the forward's def line
+    # The store itself, as GL101 points at it; the detail names the forward's def line.
+    assert holder.line == line_of("ctx.out = out")
+    assert holder.detail.endswith(f"forward at {holder.where.rsplit(':', 1)[0]}:{line_of('class ScatterMean') + 2}")
     assert any(f"train_steps.py:{line_of('out = scatter_add')}" in site for site in holder.created_at)
 
 
@@ -216,3 +218,25 @@ def test_a_state_carried_across_steps_is_one_holder_with_the_tensors_its_graph_s
     (holder,) = report.holders
     assert holder.subject == "hidden_state" and holder.bytes_per_step > 10_000
     assert any("saved in the graph" in site for site in holder.created_at), holder.created_at
+
+
+class _SetupContextStyle(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(c, inputs, output):
+        c.out = output
+
+    @staticmethod
+    def backward(c, grad):
+        return grad * 2
+
+
+def test_a_ctx_holder_points_at_the_store_in_setup_context_too():
+    from gradlint.runtime_probe.attribute import _ctx_store_line
+
+    source = Path(__file__).read_text().splitlines()
+    assert source[_ctx_store_line(_SetupContextStyle, "out") - 1].strip() == "c.out = output"
+    assert _ctx_store_line(_SetupContextStyle, "never_set") == 0
