@@ -29,6 +29,7 @@ class ProbeReport:
     steps_to_oom: float | None
     step_peak_bytes: float  # median transient bytes a step allocates above its start
     median_step_ms: float
+    tracked_step_ms: float  # median of the steps run under the tracker (all of them when K = 1)
     heap_bytes_per_step: float | None  # glibc mallinfo2 slope after collection (a second signal)
     # torch.cuda.memory_allocated() slope after collection, on CUDA only: the caching allocator's
     # view, in its rounded blocks, of every step (tracked or not).
@@ -82,8 +83,11 @@ def probe(step: Callable[[], object], steps: int = 100, *, warmup: int = 10, gc_
 def assess(run: Run, name: str, device: str) -> ProbeReport:
     peak = statistics.median(run.step_peak_bytes) if run.step_peak_bytes else 0.0
     step_ms = statistics.median(run.step_seconds) * 1000 if run.step_seconds else 0.0
+    tracked_s = [s for s, on in zip(run.step_seconds[run.warmup:], run.step_tracked[run.warmup:]) if on]
+    tracked_ms = statistics.median(tracked_s) * 1000 if tracked_s else step_ms
     common = dict(name=name, steps_done=run.steps_done, steps_requested=run.steps_requested, warmup=run.warmup,
                   gc_every=run.gc_every, track_every=run.track_every, device=device, step_peak_bytes=peak, median_step_ms=step_ms,
+                  tracked_step_ms=tracked_ms,
                   error=run.error, interrupted=run.interrupted, run=run)
     if run.error is not None:
         return ProbeReport(verdict=Verdict.ERROR, reason=f"step {run.error.step} raised {run.error.exception}",

@@ -57,7 +57,8 @@ def report_text(report: ProbeReport) -> str:
         lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
         for site in h.created_at[:3]:
             lines.append(f"    created at {site}")
-    lines.append(f"  step: median {report.median_step_ms:.2f} ms under the probe, "
+    tracked = f" ({report.tracked_step_ms:.2f} ms when tracked)" if report.track_every > 1 else ""
+    lines.append(f"  step: median {report.median_step_ms:.2f} ms under the probe{tracked}, "
                  f"{human_bytes(report.step_peak_bytes)} allocated above its start at peak")
     return "\n".join(lines) + "\n"
 
@@ -94,6 +95,7 @@ def report_dict(report: ProbeReport) -> dict:
         "steps_to_oom": report.steps_to_oom,
         "step_peak_bytes": report.step_peak_bytes,
         "median_step_ms": report.median_step_ms,
+        "tracked_step_ms": report.tracked_step_ms,
         "heap_bytes_per_step": report.heap_bytes_per_step,
         "cuda_bytes_per_step": report.cuda_bytes_per_step,
         "interrupted": report.interrupted,

@@ -64,6 +64,7 @@ def test_a_stride_is_shown_in_the_report_header():
     result = run(f"{STEPS}:keep_losses", "--steps", "100", "--track-every", "4", "--quiet")
     assert result.exit_code == 1, result.output
     assert "tracking 1 step in 4)" in result.output and "verdict: retained  4 B/step" in result.output
+    assert re.search(r"step: median [\d.]+ ms under the probe \([\d.]+ ms when tracked\)", result.output)
 
 
 def test_a_raising_step_exits_1_with_the_step_number():
