@@ -24,6 +24,8 @@ def _one_line_fallback_warnings() -> None:
     from gradlint.cuda_ext import ExtensionFallbackWarning
 
     shown = warnings.showwarning
+    if getattr(shown, "one_line_fallback", False):
+        return  # installed by an earlier call in this process (the API and tests call probe often)
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, ExtensionFallbackWarning):
@@ -31,6 +33,7 @@ def _one_line_fallback_warnings() -> None:
         else:
             shown(message, category, filename, lineno, file, line)
 
+    show.one_line_fallback = True
     warnings.showwarning = show
 
 
