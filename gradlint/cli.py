@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from gradlint import __version__, reporters
+from gradlint import __version__, reporters, usage_errors
 from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
 from gradlint.fixes import split_lines
@@ -27,13 +27,13 @@ def _codes(value: str | None) -> tuple[str, ...] | None:
     return tuple(c.strip() for c in value.split(",") if c.strip())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=usage_errors.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="gradlint")
 def main() -> None:
     """Find the PyTorch autograd patterns that make training memory climb."""
 
 
-@main.command()
+@main.command(cls=usage_errors.Command)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--select", help="Rule codes or prefixes to enable, instead of the defaults (comma-separated; ALL).")
 @click.option("--extend-select", help="Rule codes or prefixes to enable on top of the selection.")
@@ -121,7 +121,7 @@ def _report_diff(outcome, quiet: bool) -> None:
                    f"file{'s' if files != 1 else ''}." if files else "No fixes to apply.", err=True)
 
 
-@main.command("rule")
+@main.command("rule", cls=usage_errors.Command)
 @click.argument("code")
 def rule_command(code: str) -> None:
     """Explain one rule: what it does, why it is bad, and what to write instead."""
@@ -134,7 +134,7 @@ def rule_command(code: str) -> None:
                f"Fix: {rule.fix_safety or 'none'}\n\n{rule.doc.strip()}")
 
 
-@main.command("rules")
+@main.command("rules", cls=usage_errors.Command)
 def rules_command() -> None:
     """List every rule: code, name, default severity, fix safety (- for none), summary."""
     for rule in all_rules():

@@ -13,6 +13,8 @@ import warnings
 import click
 from click.core import ParameterSource
 
+from gradlint import usage_errors
+
 
 def _fail(message: str) -> None:
     click.echo(f"gradlint probe: error: {message}", err=True)
@@ -74,7 +76,7 @@ def _stride(_ctx, _param, value: str) -> int | None:
     raise click.BadParameter(f"{value!r} is not auto or a whole number of at least 1")
 
 
-@click.command("probe")
+@click.command("probe", cls=usage_errors.Command)
 @click.argument("target", required=False)
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps to run.")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True, help="Unmeasured steps first.")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gradlint import __version__
@@ -70,6 +71,33 @@ def test_unknown_selector_is_a_usage_error(leaky_file):
     result = run("check", "--select", "GL999", "leaky_op.py")
     assert result.exit_code == 2
     assert "unknown rule selector 'GL999'" in result.output
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["check", "--bogus"],
+     "gradlint check: error: no such option '--bogus'. Did you mean '--jobs'? (see `gradlint check --help`)"),
+    (["check", "--output-format", "xml"],
+     "gradlint check: error: invalid value for '--output-format': 'xml' is not one of 'github', 'json', "
+     "'sarif', 'text' (see `gradlint check --help`)"),
+    (["check", "--jobs", "0"],
+     "gradlint check: error: invalid value for '-j' / '--jobs': 0 is not in the range x>=1 "
+     "(see `gradlint check --help`)"),
+    (["chek"], "gradlint: error: no such command 'chek'. Did you mean 'check'? (see `gradlint --help`)"),
+    (["rule"], "gradlint rule: error: missing argument 'CODE' (see `gradlint rule --help`)"),
+    (["probe", "--steps", "0"],
+     "gradlint probe: error: invalid value for '--steps': 0 is not in the range x>=1 "
+     "(see `gradlint probe --help`)"),
+])
+def test_click_usage_errors_are_one_line_and_exit_2(args, line):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert result.output == line + "\n"
+
+
+def test_no_command_still_prints_the_help():
+    result = run()
+    assert result.exit_code in (0, 2)  # click 8.2 made a bare group exit 2, as ruff does
+    assert result.output.startswith("Usage: ") and "\nCommands:\n" in result.output
 
 
 def test_missing_path_is_a_usage_error(project):
