@@ -85,6 +85,8 @@ class FileModel:
         self._custom_ops: dict[str, tuple[cst.FunctionDef, str | None]] = {}
         self._autograd_registrations: list[tuple[str, str | None, str | None]] = []
         self._prescans: dict[int, Prescan] = {}
+        self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
+        self._graph_attributes: set[tuple[str, str]] | None = None
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -135,6 +137,8 @@ class FileModel:
                     self.module_names.add(target.value)
                     if small.value is not None:
                         self._module_values[target.value] = self._module_level_value(small.value)
+                        if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
+                            self._instances[target.value] = small.value.func.value
         elif top and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             self._note_register_autograd(small.value)
 
@@ -318,6 +322,8 @@ class FileModel:
         value = self._module_values.get(name)
         if value is not None and value.kind is not Kind.UNKNOWN:
             return value
+        if self._instances.get(name) in self.module_class_names:
+            return Val(Kind.MODULE, module_class=self._instances[name])
         if looks_like_module(name):
             return Val(Kind.MODULE)
         return UNKNOWN
@@ -416,6 +422,45 @@ class FileModel:
         returns = [e.value for e in walk.of(ReturnValue)]
         return returns[-1] if returns else None
 
+    def stores_graph_on_self(self, module_class: str, attribute: str) -> bool:
+        """Whether some method of the module class stores a graph-attached value on
+        `self.<attribute>`, so that reading it from an instance gives one."""
+        if self._graph_attributes is None:
+            # The methods are walked here on their own: the walk of the function asking may be
+            # under way in `walks`, and a method reading another instance's attribute asks again.
+            self._graph_attributes = set()
+            found = set()
+            for function, owner, _ in self._all_functions:
+                role = self._role(function, owner)
+                if role.kind not in ("module_forward", "module_method") or not self.prescan(function).stores:
+                    continue
+                walk = self._plain_walk(function, role)
+                found.update((role.owner_class, event.attribute) for event in walk.of(AttributeStore)
+                             if event.owner_name == role.self_name and event.value.holds_graph())
+            self._graph_attributes = found
+        return (module_class, attribute) in self._graph_attributes
+
+    def _role(self, function: cst.FunctionDef, owner: _ClassInfo | None) -> FunctionRole:
+        role = FunctionRole("function")
+        module = self._modules_by_node.get(id(owner.node)) if owner is not None else None
+        if owner is not None and function.params.params and not _is_static(function):
+            role.self_name = function.params.params[0].name.value
+            role.owner_class = owner.node.name.value
+            role.kind = "method"
+        if module is not None:
+            role.self_attributes = module.attributes
+            name = function.name.value
+            role.kind = "module_forward" if name == "forward" else "module_method"
+            if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
+                role.no_grad = True
+        if _decorated_no_grad(function, self.imports):
+            role.no_grad = True
+        return role
+
+    @cached_property
+    def _modules_by_node(self) -> dict[int, ModuleClass]:
+        return {id(m.node): m for m in self.module_classes}
+
     @cached_property
     def walks(self) -> list[Walk]:
         """Every function (and the module's top level) walked as ordinary code."""
@@ -424,26 +469,12 @@ class FileModel:
             for method in (function.forward, function.backward, function.setup_context):
                 if method is not None:
                     autograd_methods.add(id(method))
-        modules_by_node = {id(m.node): m for m in self.module_classes}
         result = [self._plain_walk(self.module, FunctionRole("module"))]
         parents = {id(f): parent for f, _, parent in self._all_functions}
         for function, owner, parent in self._all_functions:
             if id(function) in autograd_methods:
                 continue
-            role = FunctionRole("function")
-            module = modules_by_node.get(id(owner.node)) if owner is not None else None
-            if owner is not None and function.params.params and not _is_static(function):
-                role.self_name = function.params.params[0].name.value
-                role.owner_class = owner.node.name.value
-                role.kind = "method"
-            if module is not None:
-                role.self_attributes = module.attributes
-                name = function.name.value
-                role.kind = "module_forward" if name == "forward" else "module_method"
-                if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
-                    role.no_grad = True
-            if _decorated_no_grad(function, self.imports):
-                role.no_grad = True
+            role = self._role(function, owner)
             if not self.prescan(function).stores:
                 continue  # nothing in it can keep a value past its statement
             closure: set[str] = set()

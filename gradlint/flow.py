@@ -539,6 +539,9 @@ class Walker:
             known = self.role.self_attributes.get(attr)
             if known is not None:
                 return known.with_(reads=frozenset(reads))
+        if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):
+            # `model.last_logits` where Net.forward did `self.last_logits = logits`
+            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
         if full is not None and looks_like_module(full):
             return Val(Kind.MODULE, reads=frozenset(reads))
         return Val(reads=frozenset(reads))
@@ -596,7 +599,7 @@ class Walker:
             if torch_value is not None:
                 return torch_value
             if name in self.model.module_class_names:
-                return Val(Kind.MODULE)
+                return Val(Kind.MODULE, module_class=name)
             if name in self.model.function_class_names:
                 return UNKNOWN
 

@@ -8,8 +8,10 @@ both halves inside the one function it walks (or the module's top level), never 
   a module's own attributes in its forward (GL102 does);
 - the value is graph-attached only when that function computes it from a module call (a name,
   attribute or parameter named like a module, a torch.nn class, a module class of the file, or
-  in a module class's method what its __init__ put on self), an nn.Parameter used in an op, or
-  a name backward() is called on; an unknown function's result never is.
+  in a module class's method what its __init__ put on self, or an instance of a module class
+  of the file bound at the top level), an nn.Parameter used in an op, a name backward() is
+  called on, or what a method stored on self read back from such an instance; an unknown
+  function's result never is.
 The first pass collects every function's stores and cheap facts; only a function with a store
 that outlives the step and some source of graph-attached values gets its values traced
 (_GraphValues, flow's evaluation widened to "may"). Torch 2.x's own sources: 143 of the 172
@@ -213,6 +215,8 @@ class _Scope:
             return True
         if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
             return True
+        if not self.loads.isdisjoint(facts.module_instances):
+            return True
         return any(facts.makes_module(callee) for callee in self.callees)
 
     def init(self, facts: _FileFacts) -> _Scope | None:
@@ -256,6 +260,7 @@ class _Kinds(NamedTuple):
     tensor: bool = False
     graph: bool = False  # graph-attached
     parameter: bool = False  # an nn.Parameter: graph-free itself, graph-attached once used
+    instance: bool = False  # an instance of a module class of this file (flow's Val.module_class)
 
     def __or__(self, other: _Kinds) -> _Kinds:
         return _Kinds(*(a or b for a, b in zip(self, other)))
@@ -309,6 +314,8 @@ class _GraphValues:
         kind = type(e)
         if kind is ast.Name:
             held = self.held.get(e.id, _NOTHING)
+            if e.id in self.facts.module_instances:
+                return held._replace(module=True, instance=True)
             return held._replace(module=True) if _module_like(e.id) else held
         if kind is ast.Attribute:
             return self._attribute(e)
@@ -359,6 +366,8 @@ class _GraphValues:
             found = found._replace(module=True)
         if base is None:
             base = self._kinds(e.value)
+        if base.instance and e.attr in self.facts.method_stores:
+            found |= _Kinds(tensor=True, graph=True)
         if base.tensor and e.attr in _TENSOR_VIEW_ATTRIBUTES:
             found |= _Kinds(tensor=True, graph=base.graph or base.parameter)
         elif base.tensor and e.attr in DETACHED_ATTRIBUTES:
@@ -400,7 +409,7 @@ class _GraphValues:
         if is_tensor_op(name):
             return found | _Kinds(tensor=True, graph=passes_graph)
         if name in self.facts.module_class_names:
-            return found._replace(module=True)
+            return found._replace(module=True, instance=True)
         return found
 
     def reads(self, value: ast.expr, target: str) -> bool:
@@ -511,6 +520,10 @@ class _FileFacts:
     def __init__(self, tree: ast.Module):
         self.aliases: dict[str, str] = {}
         self.classes: list[_Class] = []
+        # Attributes any method stores (`self.x = v`, setattr): reading one from an instance of a
+        # module class may give what its forward stored there (flow's stores_graph_on_self).
+        self.method_stores: set[str] = set()
+        self._top_level_calls: dict[str, set[str]] = {}  # `model = Net()` at the top: model -> {Net}
         self.scopes: list[_Scope] = [_Scope(tree, None)]
         self._owner: _Class | None = None  # the class whose body is being read
         self._children(tree, self.scopes[0], ())
@@ -527,6 +540,12 @@ class _FileFacts:
         name = self.qualify(callee)
         return (name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper()) \
             or name in self.module_class_names
+
+    @cached_property
+    def module_instances(self) -> set[str]:
+        """Top-level names bound to a call of a module class of this file: flow's global_value
+        gives them that class."""
+        return {name for name, called in self._top_level_calls.items() if called & self.module_class_names}
 
     @cached_property
     def module_class_names(self) -> set[str]:
@@ -575,6 +594,8 @@ class _FileFacts:
     def _attribute(self, node: ast.Attribute, scope: _Scope, loops) -> None:
         if type(node.ctx) is ast.Load:
             scope.attribute_loads.add(node.attr)
+        elif scope.owner is not None:
+            self.method_stores.add(node.attr)
         self._visit(node.value, scope, loops)
 
     def _call(self, node: ast.Call, scope: _Scope, loops) -> None:
@@ -593,6 +614,8 @@ class _FileFacts:
         elif isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) >= 3 \
                 and type(node.args[2]) not in _NEVER_GRAPH:
             scope.sites.append(_Site(_SETATTR, node, (node.args[2],), loops))
+            if scope.owner is not None and _is_text(node.args[1]):
+                self.method_stores.add(node.args[1].value)
         scope.called.append(func)
         self._children(node, scope, loops)
 
@@ -602,6 +625,9 @@ class _FileFacts:
         if type(node.value) not in _NEVER_GRAPH:
             for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
                 self._store(target, node.value, scope, loops)
+                if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
+                        and isinstance(node.value.func, ast.Name):
+                    self._top_level_calls.setdefault(target.id, set()).add(node.value.func.id)
         self._children(node, scope, loops)
 
     def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:

@@ -33,8 +33,11 @@ Flags a graph-attached tensor (a loss, a model output, anything computed from th
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop, a module-level global, an
 attribute, a closure variable, or a parameter (the caller's list). Step functions with no loop
-count too: the caller loops. A store into one fixed slot (`last["loss"] = loss`) replaces the
-previous step's value and is reported as a warning: it holds one step's graph, not all of them.
+count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
+when it is read back from an instance of that class in the same file
+(`history.append(model.last_logits)` after `self.last_logits = logits`). A store into one fixed
+slot (`last["loss"] = loss`) replaces the previous step's value and is reported as a warning: it
+holds one step's graph, not all of them.
 
 ## Why is this bad?
 Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd

@@ -130,6 +130,32 @@ KEPT_ACROSS_STEPS = {
             layer = lin(3, 3)
             CACHE["last"] = layer(x)
     """,
+    "attribute_a_module_forward_stores_read_from_its_instance": """
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+            def forward(self, x):
+                self.last_logits = self.fc(x)
+                return self.last_logits
+        clf = Net()
+        all_logits = []
+        def step(x):
+            clf(x).sum().backward()
+            all_logits.append(clf.last_logits)
+    """,
+    "instance_of_a_module_class_called_in_a_function": """
+        from torch import nn
+        class Head(nn.Module):
+            pass
+        clf = Head()
+        def train(x):
+            clf(x).sum().backward()
+        def evaluate(x):
+            global total
+            total = total + clf(x)
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
