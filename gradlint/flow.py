@@ -10,7 +10,7 @@ body is walked once.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 # A name that is almost always a module or a loss function in training code.
 _MODULE_LIKE = re.compile(
-    r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn)$"
-    r"|^\w+_(model|net|encoder|decoder|backbone)$"
+    r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn|rnn|lstm|gru)$"
+    r"|^\w+_(model|net|encoder|decoder|backbone|rnn|lstm|gru)$"
 )
 # `get_model`, `build_net`: functions that make a module, not modules.
 _FACTORY_PREFIX = re.compile(r"^(get|make|build|create|load|init|setup|wrap|to|is|has)_")
@@ -203,6 +203,21 @@ def _int_literal(expr: cst.BaseExpression) -> int | None:
     return None
 
 
+@dataclass
+class _Iteration:
+    """One pass through a loop body, or one call of the function: what decides whether a store
+    chains one step onto the next (`hidden = model(x, hidden)`) or not (`hidden = hidden.detach()`
+    first in the same pass, or last before the next one)."""
+
+    loop: Loop | None  # None: the function's body
+    depth: int  # the Walker's condition depth of the body's own statements
+    # Names (and `self.x`) bound unconditionally earlier in this pass: reading one reads this
+    # pass's value, not the previous pass's.
+    fresh: set[str] = field(default_factory=set)
+    # Whether what a name holds at the end of the pass (what the next pass reads) is graph-free.
+    clean_at_end: dict[str, bool] = field(default_factory=dict)
+
+
 class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
 
@@ -229,14 +244,18 @@ class Walker:
         self.nested_defs: dict[str, cst.FunctionDef] = dict(nested_defs or {})
         self.scan = walk.model.prescan(function)
         self.params: set[str] = set()
+        self._condition_depth = 0  # inside how many if/except/case/loop bodies
+        self._passes: list[_Iteration] = [_Iteration(None, 0)]
 
     # ----- entry points ---------------------------------------------------------------------
 
     def run(self) -> None:
+        start = len(self.walk.events)
         if isinstance(self.function, cst.Module):
             self._block(self.function.body)
         else:
             self._block(self.function.body.body)
+        self._unchain_cut(self._passes[0], start)
 
     def bind_params(self, values: dict[str, Val]) -> None:
         for name, value in values.items():
@@ -255,12 +274,14 @@ class Walker:
                 self._small(small)
         elif isinstance(node, cst.If):
             self.ev(node.test)
-            self._block(node.body.body)
+            self._conditional(node.body.body)
             orelse = node.orelse
             if isinstance(orelse, cst.If):
+                self._condition_depth += 1
                 self._statement(orelse)
+                self._condition_depth -= 1
             elif orelse is not None:
-                self._block(orelse.body.body)
+                self._conditional(orelse.body.body)
         elif isinstance(node, (cst.For, cst.While)):
             self._loop(node)
         elif isinstance(node, cst.With):
@@ -268,9 +289,9 @@ class Walker:
         elif isinstance(node, (cst.Try, cst.TryStar)):
             self._block(node.body.body)
             for handler in node.handlers:
-                self._block(handler.body.body)
+                self._conditional(handler.body.body)
             if node.orelse is not None:
-                self._block(node.orelse.body.body)
+                self._conditional(node.orelse.body.body)
             if node.finalbody is not None:
                 self._block(node.finalbody.body.body)
         elif isinstance(node, cst.FunctionDef):
@@ -278,7 +299,7 @@ class Walker:
         elif isinstance(node, cst.Match):
             self.ev(node.subject)
             for case in node.cases:
-                self._block(case.body.body)
+                self._conditional(case.body.body)
         elif isinstance(node, cst.IndentedBlock):
             self._block(node.body)
 
@@ -303,19 +324,67 @@ class Walker:
                 if isinstance(child, cst.BaseExpression):
                     self.ev(child)
 
+    def _conditional(self, statements) -> None:
+        self._condition_depth += 1
+        self._block(statements)
+        self._condition_depth -= 1
+
     def _loop(self, node: cst.For | cst.While) -> None:
         loop = _loop_info(node, self.scan)
+        iterable = self.ev(node.iter if isinstance(node, cst.For) else node.test)
+        self.loops.append(loop)
+        self._condition_depth += 1
+        this_pass = _Iteration(loop, self._condition_depth)
+        self._passes.append(this_pass)
+        start = len(self.walk.events)
         if isinstance(node, cst.For):
-            iterable = self.ev(node.iter)
-            self.loops.append(loop)
             self._bind(node.target, iterable.element(None), None)
-        else:
-            self.ev(node.test)
-            self.loops.append(loop)
         self._block(node.body.body)
+        self._unchain_cut(this_pass, start)
+        self._passes.pop()
+        self._condition_depth -= 1
         self.loops.pop()
         if node.orelse is not None:
-            self._block(node.orelse.body.body)
+            self._conditional(node.orelse.body.body)
+
+    # ----- what one pass carries to the next --------------------------------------------------
+
+    def _note_binding(self, name: str, value: Val) -> None:
+        graph = value.holds_graph()
+        this_pass = self._passes[-1]
+        if self._condition_depth == this_pass.depth:
+            this_pass.fresh.add(name)
+            this_pass.clean_at_end[name] = not graph
+        elif graph:
+            this_pass.clean_at_end[name] = False
+        if graph:  # an inner loop or branch may run: the outer passes may end holding it
+            for outer in self._passes[:-1]:
+                outer.clean_at_end[name] = False
+
+    def _read(self, name: str, value: Val) -> Val:
+        """What reading `name` gives: a value bound earlier in this pass chains nothing by its
+        name, only by what it was computed from."""
+        if name in self._passes[-1].fresh:
+            return value
+        return value.with_(reads=value.reads | {name})
+
+    def _unchain_cut(self, this_pass: _Iteration, start: int) -> None:
+        """A store that reads its target's previous value does not chain steps when the pass
+        ends by rebinding the target to something graph-free (`hidden = hidden.detach()` last):
+        the next pass reads that, not the graph-attached value."""
+        events = self.walk.events
+        for i in range(start, len(events)):
+            event = events[i]
+            innermost = event.where.loops[-1] if event.where.loops else None
+            if innermost is not this_pass.loop:
+                continue
+            if isinstance(event, NameStore) and event.chained and not event.augmented \
+                    and this_pass.clean_at_end.get(event.name):
+                events[i] = replace(event, chained=False)
+            elif isinstance(event, AttributeStore) and not event.augmented:
+                target = f"{event.owner_name}.{event.attribute}"
+                if this_pass.clean_at_end.get(target) and target in event.value.reads:
+                    events[i] = replace(event, value=event.value.with_(reads=event.value.reads - {target}))
 
     def _with(self, node: cst.With) -> None:
         saved = self.no_grad
@@ -370,6 +439,7 @@ class Walker:
             if value.binding is None:
                 value = value.with_(binding=new_binding())
             self.env[name] = value
+            self._note_binding(name, value)
             if line is not None:
                 self.walk.events.append(NameStore(
                     self._where(line), name, self.scope_of(name), value, chained=name in value.reads))
@@ -381,6 +451,7 @@ class Walker:
                     self._where(line), owner, owner_name, target.attr.value, value, target=target))
             if owner_name == self.role.self_name:
                 self.env[f"{owner_name}.{target.attr.value}"] = value
+                self._note_binding(f"{owner_name}.{target.attr.value}", value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             if any(isinstance(e, cst.StarredElement) for e in target.elements):
                 for element in target.elements:  # positions past a *rest are unknown
@@ -404,6 +475,7 @@ class Walker:
         if isinstance(target, cst.Name):
             old = self.env.get(target.value, UNKNOWN)
             self.env[target.value] = combine(old, value).with_(binding=old.binding or new_binding())
+            self._note_binding(target.value, self.env[target.value])
             self.walk.events.append(NameStore(
                 self._where(line), target.value, self.scope_of(target.value), value, augmented=True, chained=True))
         elif isinstance(target, cst.Attribute):
@@ -490,16 +562,19 @@ class Walker:
                 starred = self.ev(element.value)
                 return Val(Kind.CONTAINER, item=starred.element(None) if starred.members() else None)
             values.append(self.ev(element.value))
-        return Val(Kind.CONTAINER, elements=tuple(values))
+        return Val(Kind.CONTAINER, elements=tuple(values), reads=frozenset().union(*(v.reads for v in values)))
 
     def _comprehension(self, e) -> Val:
         saved = dict(self.env)
+        this_pass = self._passes[-1]
+        saved_pass = (set(this_pass.fresh), dict(this_pass.clean_at_end))
         clause = e.for_in
         while clause is not None:
             self._bind(clause.target, self.ev(clause.iter).element(None), None)
             clause = clause.inner_for_in
         item = self.ev(e.value if isinstance(e, cst.DictComp) else e.elt)
         self.env = saved
+        this_pass.fresh, this_pass.clean_at_end = saved_pass
         return Val(Kind.CONTAINER, item=item)
 
     def _name(self, name: str) -> Val:
@@ -508,14 +583,13 @@ class Walker:
         value = self.env.get(name) or self.enclosing.get(name)
         if value is None:
             value = self.model.global_value(name)
-        return value.with_(reads=value.reads | {name})
+        return self._read(name, value)
 
     def _attribute(self, e: cst.Attribute, base: Val | None = None) -> Val:
         attr = e.attr.value
         full = dotted(e)
         if full is not None and full in self.env:  # self.h assigned earlier in this walk
-            value = self.env[full]
-            return value.with_(reads=value.reads | {full})
+            return self._read(full, self.env[full])
         if base is None:
             base = self.ev(e.value)
         reads = base.reads | ({full} if full else set())
@@ -662,8 +736,8 @@ class Walker:
         if not receiver.is_tensor:
             if method in ("item", "tolist", "numpy", "size", "dim", "numel"):
                 return SCALAR
-            if method == "detach":
-                return Val(Kind.TENSOR) if receiver.kind is Kind.TENSOR else Val(reads=receiver.reads)
+            if method == "detach":  # detached: whatever it was read from, it chains no graph
+                return UNKNOWN
             return None
         # A tensor method.
         if method in api.SCALAR_METHODS:

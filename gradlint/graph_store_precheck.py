@@ -152,9 +152,10 @@ class _Scope:
     def _name_outlives(self, name: str, loops: tuple[ast.stmt, ...], param_outlives: bool) -> bool:
         if name in self.declared:
             return True
-        if name in self.params:
-            return param_outlives  # GL104 leaves the caller's total to the caller
-        if name in self.bound or isinstance(self.node, ast.Module):
+        if name in self.params and param_outlives:
+            return True  # GL103: the caller's list
+        # GL104: a parameter rebound here is a local (the caller's total is the caller's)
+        if name in self.bound or name in self.params or isinstance(self.node, ast.Module):
             return any(self._is_step_loop(loop) for loop in loops)
         return True  # a global or a closure variable
 

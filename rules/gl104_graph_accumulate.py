@@ -26,7 +26,9 @@ class GraphAccumulate(Rule):
 Flags `total += loss` and `total = total + loss` where `loss` is graph-attached and `total`
 outlives the iteration: created before the training loop, a global, or an attribute. State
 carried between steps and updated from itself (`out, hidden = model(x, hidden)` with no
-`.detach()`) chains the graphs the same way and is reported too.
+`.detach()`) chains the graphs the same way and is reported too, unless the same pass detaches
+it first (`hidden = hidden.detach()` before the call) or last (`hidden = repackage(hidden)` after
+backward): then each step reads a graph-free state.
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
@@ -77,6 +79,34 @@ def step(model, parts, optimizer):
     loss.backward()
     optimizer.step()
 """,
+        # State detached first in each pass, last in each pass, or by a helper: nothing is chained.
+        """
+def train(rnn, head, optimizer, loader, hidden):
+    for x, y in loader:
+        hidden = hidden.detach()
+        out, hidden = rnn(x, hidden)
+        head(out).sub(y).pow(2).mean().backward()
+        optimizer.step()
+""",
+        """
+def repackage(h):
+    return h.detach() if isinstance(h, torch.Tensor) else tuple(repackage(v) for v in h)
+
+def train(model, optimizer, loader):
+    hidden = model.init_hidden(4)
+    for x, y in loader:
+        out, hidden = model(x, hidden)
+        out.sub(y).pow(2).mean().backward()
+        optimizer.step()
+        hidden = repackage(hidden)
+""",
+        """
+class Stateful:
+    def step(self, x, y):
+        out, self.h = self.lstm(x, self.h)
+        out.sub(y).pow(2).mean().backward()
+        self.h = tuple(h.detach() for h in self.h)
+""",
     )
     INVALID = (
         Invalid("""
@@ -111,6 +141,13 @@ class Trainer:
         self.epoch_loss = self.epoch_loss + loss.item()
         RUNNING += loss.item()
 """),
+        Invalid("""
+def train(lstm, optimizer, loader, h, c):
+    for x, y in loader:
+        out, (h, c) = lstm(x, (h, c))
+        out.sub(y).pow(2).mean().backward(retain_graph=True)
+        optimizer.step()
+""", ("out, (h, c) = lstm(x, (h, c))",)),
     )
 
     def precheck(self, tree) -> bool:
@@ -123,8 +160,10 @@ class Trainer:
             for event in walk.events:
                 if isinstance(event, NameStore) and event.chained and not event.where.no_grad \
                         and event.value.holds_graph():
-                    why = outlives_step(event.scope, event.name, event.where)
-                    if why is not None and event.scope != "param":
+                    # Rebinding a parameter never reaches the caller: from here on it is a local,
+                    # carried from one step to the next only by a training loop in this function.
+                    why = outlives_step("local" if event.scope == "param" else event.scope, event.name, event.where)
+                    if why is not None:
                         yield self._hit(event.where.node, event.name, why, event.name, event.where.node)
                 elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                         and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
