@@ -472,7 +472,9 @@ class Walker:
     def _augmented(self, node: cst.AugAssign, line: cst.CSTNode) -> None:
         value = self.ev(node.value)
         target = node.target
-        if isinstance(target, cst.Name):
+        if isinstance(target, cst.Name) and value.kind is Kind.CONTAINER:  # buf += [h] is an extend
+            self._container_add(target, "+=", value, line)
+        elif isinstance(target, cst.Name):
             old = self.env.get(target.value, UNKNOWN)
             self.env[target.value] = combine(old, value).with_(binding=old.binding or new_binding())
             self._note_binding(target.value, self.env[target.value])

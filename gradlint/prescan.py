@@ -78,7 +78,7 @@ class Prescan:
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
         # Anything that can keep a value past the statement: attribute or subscript stores,
-        # `+=`, container methods, setattr, globals. A function with none yields no events
+        # `+=`, a name bound in a loop, container methods, setattr, globals. A function with none yields no events
         # a rule asks about except returns, so ordinary walks skip it.
         self.stores = False
         self._loops: list[cst.CSTNode] = []
@@ -102,8 +102,10 @@ class Prescan:
 
     def _assign_target(self, node: cst.AssignTarget) -> None:
         self.assigned.update(target_names(node.target))
-        if not isinstance(node.target, cst.Name):
-            self.stores = True  # ctx.x = / self.x = / d[k] = / a, b =
+        # ctx.x = / self.x = / d[k] = / a, b = ; and in a loop `total = total + loss`, which the
+        # next iteration reads
+        if not isinstance(node.target, cst.Name) or self._loops:
+            self.stores = True
 
     def _aug_assign(self, node: cst.AugAssign) -> None:
         self.augmented.update(target_names(node.target))

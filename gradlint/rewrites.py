@@ -23,11 +23,32 @@ def method_call(node: cst.BaseExpression, method: str) -> str:
     return f"{text}.{method}()" if _atomic(node) else f"({text}).{method}()"
 
 
-def kept_value(node: cst.BaseExpression, holder: str) -> tuple[str, str]:
+def kept_value(node: cst.BaseExpression, holder: str, scope: cst.CSTNode | None = None) -> tuple[str, str]:
     """What to keep instead of a graph-attached value, and the method used: `.item()` for what reads
-    as a scalar (a loss, a total), `.detach()` otherwise (an output, a hidden state)."""
-    method = "item" if _SCALAR_NAME.search(code(node)) or _SCALAR_NAME.search(holder) else "detach"
+    as a scalar (a loss, a total), `.detach()` otherwise (an output, a hidden state), and also when
+    `scope` uses the holder as a tensor (`total.item()` later would fail on a float)."""
+    scalar = _SCALAR_NAME.search(code(node)) or _SCALAR_NAME.search(holder)
+    method = "item" if scalar and not (scope is not None and used_as_tensor(scope, holder)) else "detach"
     return method_call(node, method), method
+
+
+# What a Python float has too: using these on a total does not show it must stay a tensor.
+_FLOAT_ATTRIBUTES = frozenset({"real", "imag", "conjugate", "hex", "is_integer", "as_integer_ratio"})
+
+
+def used_as_tensor(scope: cst.CSTNode, holder: str) -> bool:
+    """Whether `holder.<attribute>` appears in scope with an attribute a float does not have."""
+    found = False
+
+    class Uses(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            nonlocal found
+            if node.attr.value not in _FLOAT_ATTRIBUTES and code(node.value).strip() == holder:
+                found = True
+            return not found
+
+    scope.visit(Uses())
+    return found
 
 
 def statement_in_body(body: cst.BaseSuite, small: cst.BaseSmallStatement) -> cst.SimpleStatementLine | None:

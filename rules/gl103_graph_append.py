@@ -25,7 +25,7 @@ class GraphAppend(Rule):
     # A graph-attached value needs a backward() in the file or a model-like call (a training step
     # driven by a framework: Lightning's training_step), and somewhere to keep it.
     markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
-               *((op, call) for op in ("append(", "insert(", "extend(", "] =") for call in ("model(", "net(", "criterion(", "loss_fn(")))
+               *((op, call) for op in ("append(", "insert(", "extend(", "] =", "+= [") for call in ("model(", "net(", "criterion(", "loss_fn(")))
     fix_safety = "unsafe"
     doc = """
 ## What it does
@@ -141,6 +141,14 @@ class Trainer:
         out = self.model(batch)
         self.outputs.append(out.detach())
 """),
+        Invalid("""
+EMBEDDINGS = []
+def embed_batch(model, tokens):
+    global EMBEDDINGS
+    emb = model(tokens).mean(dim=1)
+    EMBEDDINGS += [emb]
+    return emb
+""", ("EMBEDDINGS += [emb]",)),
     )
 
     def precheck(self, tree) -> bool:

@@ -37,7 +37,8 @@ nodes after 100 steps of a small MLP, and `total.backward()` then fails with
 `RuntimeError: Trying to backward through the graph a second time`.
 
 Summing several losses inside one step (`loss = 0; for part in parts: loss += part`) is fine
-and not reported.
+and not reported, and so is a sum that backward() is called on (micro-batch losses summed for one
+backward every few batches, then reset): that backward frees the graph.
 
 ## Example
 ```python
@@ -78,6 +79,16 @@ def step(model, parts, optimizer):
         loss = loss + model(x).sub(y).pow(2).mean()
     loss.backward()
     optimizer.step()
+""",
+        """
+def train(model, loader, optimizer, accum_steps):
+    accum_loss = 0.0
+    for i, (x, y) in enumerate(loader):
+        accum_loss = accum_loss + criterion(model(x), y) / accum_steps
+        if (i + 1) % accum_steps == 0:
+            accum_loss.backward()
+            optimizer.step()
+            accum_loss = 0.0
 """,
         # State detached first in each pass, last in each pass, or by a helper: nothing is chained.
         """
@@ -142,6 +153,19 @@ class Trainer:
         RUNNING += loss.item()
 """),
         Invalid("""
+def evaluate(model, loader):
+    total_nll = 0.0
+    for x, y in loader:
+        total_nll = total_nll + criterion(model(x), y)
+    return total_nll.item() / len(loader)
+""", ("total_nll = total_nll + criterion(model(x), y)",), fixed="""
+def evaluate(model, loader):
+    total_nll = 0.0
+    for x, y in loader:
+        total_nll = total_nll + criterion(model(x), y).detach()
+    return total_nll.item() / len(loader)
+"""),
+        Invalid("""
 def train(lstm, optimizer, loader, h, c):
     for x, y in loader:
         out, (h, c) = lstm(x, (h, c))
@@ -157,33 +181,39 @@ def train(lstm, optimizer, loader, h, c):
         for walk in model.walks:
             if walk.role.no_grad:
                 continue
+            # A sum backward() is called on is one graph on purpose (accumulating micro-batch
+            # losses for one backward): that backward frees it, and a second one would raise.
+            backward_roots = model.prescan(walk.function).backward_roots
             for event in walk.events:
                 if isinstance(event, NameStore) and event.chained and not event.where.no_grad \
-                        and event.value.holds_graph():
+                        and event.value.holds_graph() and event.name not in backward_roots:
                     # Rebinding a parameter never reaches the caller: from here on it is a local,
                     # carried from one step to the next only by a training loop in this function.
                     why = outlives_step("local" if event.scope == "param" else event.scope, event.name, event.where)
                     if why is not None:
-                        yield self._hit(event.where.node, event.name, why, event.name, event.where.node)
+                        yield self._hit(event.where.node, event.name, why, event.name, event.where.node,
+                                        walk.function)
                 elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                         and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
                     if walk.role.kind == "module_forward" and event.owner_name == walk.role.self_name:
                         continue  # GL102 owns a module's own attributes
                     name = f"{event.owner_name}.{event.attribute}"
-                    yield self._hit(event.node, name, "an attribute", holder_name(walk, name), event.where.node)
+                    yield self._hit(event.node, name, "an attribute", holder_name(walk, name), event.where.node,
+                                    walk.function)
 
-    def _hit(self, node, name: str, why: str, subject: str, statement: cst.CSTNode) -> Hit:
+    def _hit(self, node, name: str, why: str, subject: str, statement: cst.CSTNode, scope: cst.CSTNode) -> Hit:
         return Hit(node, (
             f"{name} ({why}) is updated from itself with a graph-attached tensor: every step's autograd "
             f"graph is chained onto it and never freed (804 graph nodes after 100 steps, measured); sum "
             "loss.item() for a running total, .detach() state carried between steps"), subject=subject,
-            fix=_add_detached(statement, name))
+            fix=_add_detached(statement, name, scope))
 
 
-def _add_detached(statement: cst.CSTNode, holder: str) -> FixPlan | None:
-    """Unsafe: the total becomes a Python float (`.item()`) or a tensor without a graph
-    (`.detach()`), and code that called backward() on the total changes. Only `t += v` and
-    `t = t + v` / `t = v + t`: other updates (`h = h * a + x`) need a person to decide."""
+def _add_detached(statement: cst.CSTNode, holder: str, scope: cst.CSTNode) -> FixPlan | None:
+    """Unsafe: the total becomes a Python float (`.item()`; `.detach()` when the function uses it as
+    a tensor) or a tensor without a graph (`.detach()`), and code that called backward() on the
+    total changes. Only `t += v` and `t = t + v` / `t = v + t` with a value that is no list or
+    tuple display: other updates (`h = h * a + x`) need a person to decide."""
     if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
         value = statement.value
     elif isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
@@ -198,5 +228,7 @@ def _add_detached(statement: cst.CSTNode, holder: str) -> FixPlan | None:
             return None
     else:
         return None
-    text, method = kept_value(value, holder)
+    if isinstance(value, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp)):
+        return None
+    text, method = kept_value(value, holder, scope)
     return FixPlan(f"Add .{method}()", Applicability.UNSAFE, (Replace(value, text),))
