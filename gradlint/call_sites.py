@@ -68,8 +68,9 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
 
 
 def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
-    """Whether a call runs once per training step: in a loop (or, outside loops, a function) that
-    also steps an optimizer (`.step()`, `.zero_grad()`), or in a loop over a loader/dataset/epochs.
+    """Whether a call runs once per training step: in a loop (or, outside loops, a function with no
+    training loop of its own) that also steps an optimizer (`.step()`, `.zero_grad()`), or in a
+    loop over a loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
     optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
     if site.loops:
@@ -80,5 +81,17 @@ def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
             if TRAINING_ITERABLE.search(code(iterable)):
                 return True
         return False
-    return site.function is not None and any(s.function is site.function for s in optimizer_calls)
+    # Outside loops, the function is one step unless it steps the optimizer inside a training loop
+    # of its own (over a loader, or calling backward): then the call runs once, before or after
+    # that loop. A loop over optimizers (`for opt in opts: opt.step()`) is still inside one step.
+    if site.function is None:
+        return False
+    backward_loops = {id(loop) for s in sites if method_name(s.call) == "backward" for loop in s.loops}
+
+    def training_loop(loop: cst.For | cst.While) -> bool:
+        iterable = loop.iter if isinstance(loop, cst.For) else loop.test
+        return id(loop) in backward_loops or bool(TRAINING_ITERABLE.search(code(iterable)))
+
+    own = [s for s in optimizer_calls if s.function is site.function]
+    return bool(own) and not any(training_loop(loop) for s in own for loop in s.loops)
 

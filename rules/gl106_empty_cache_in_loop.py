@@ -55,6 +55,17 @@ torch.cuda.empty_cache()
 for device in range(torch.cuda.device_count()):
     torch.cuda.empty_cache()
 """,
+        """
+import torch
+def train_epoch(model, loader, optimizer):
+    optimizer.zero_grad()
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+""",
     )
     INVALID = (
         Invalid("""
