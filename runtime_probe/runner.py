@@ -85,6 +85,7 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
         run.gc_every = plan.decide(gc_every)
     run.track_every = plan.every
     tracker = LiveStorageTracker()
+    tracker.skipping = plan.every > 1
     was_enabled = gc.isenabled()
     gc.disable()
     frozen = False
@@ -123,6 +124,7 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
             if i == warmup:
                 run.gc_every = plan.decide(gc_every)
                 run.track_every = plan.every
+                tracker.skipping = plan.every > 1
                 _collect(tracker, run, i)  # the baseline the growth is measured from
                 # Freezing what exists now makes each later collection cheap (it skips the
                 # ~165k objects torch itself owns); objects made after warm-up are still seen.

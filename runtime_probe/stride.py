@@ -9,7 +9,9 @@ the last two, so every graph count sees the newest tensors.
 
 With `track_every=None` the stride comes from timing the step with and without the tracker in the
 last warm-up steps. A leak that happens only on some steps (every 10th, say) is measured on the
-tracked steps it lands on, so `track_every=1` is the setting for irregular leaks.
+tracked steps it lands on, so `track_every=1` is the setting for irregular leaks. A skipped step's
+storages a tracked step meets later through a view or `detach` (backward through a graph chained
+across steps does) are charged to no step: see tracker.py.
 """
 
 from __future__ import annotations

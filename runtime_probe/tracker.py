@@ -5,6 +5,19 @@ engine carries the mode's thread-local state on CPU: measured on torch 2.13). Ea
 untyped storage is recorded once with a weakref: views share their base's storage object, and the
 weakref fires only when the last view dies, so the count is exact to the byte (ground truth A0:
 131072 B/step measured for a 131072 B leak, 0 for the control).
+
+With a stride (stride.py) some steps run without the mode, and a tracked step can meet their
+storages later through an op that allocates nothing: a view, `detach`, an in-place or `out=` op.
+The autograd engine does this on its own: a non-leaf output a node saved is kept as its bare data
+(to break the output -> node -> output cycle), and unpacking it in backward makes a new tensor on
+that data through `aten::detach`, which an active dispatch mode sees (torch 2.13). So a tracked
+step's backward through a graph chained across steps (a state carried without `.detach()`,
+`retain_graph=True`) met every skipped step's saved outputs since the last tracked one, and
+charged them to itself: a `tanh` state of 512 B/step read K x 512 B at stride K, and a carried
+LSTM state 39808 B/step instead of 35712 B at K = 3 (the two skipped steps' 1280 B outputs and
+four 256 B h/c states met by `detach` in backward, the previous step's two h/c by `select` in
+forward). Such a storage was allocated while the mode was off, at a step no one knows; with a
+stride it is counted in no step's bytes (`UNSEEN_STEP`).
 """
 
 from __future__ import annotations
@@ -23,6 +36,10 @@ _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The bundled scenarios stand for user code: their lines are the ones to report.
 _SCENARIO_DIR = os.path.join(_PROBE_DIR, "scenarios") + os.sep
 _CUDA_EXT_DIR = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "cuda_ext") + os.sep
+
+# The step of a storage first met through an op that allocates nothing, while steps are skipped:
+# it was made on a skipped step (or outside the dispatcher), so no tracked step owns its bytes.
+UNSEEN_STEP = -1
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -55,6 +72,27 @@ def _skip_dynamo(*codes) -> bool:
     return True
 
 
+_allocation_free: dict[object, bool] = {}
+
+
+def _allocates_nothing(func) -> bool:
+    """Whether the op's outputs alias its inputs (a `Tensor(a)` return in its schema): a view,
+    `detach`, an in-place or `out=` op. Not `lift_fresh`, nor an op taking a Storage (`set_`):
+    that is how data made outside the dispatcher (`torch.tensor`, `torch.from_numpy`, a loaded
+    storage) enters it, so the storage is new to this step. Cached per op: asked on new storages."""
+    known = _allocation_free.get(func)
+    if known is None:
+        try:
+            schema = func._schema
+            known = (any(r.alias_info is not None for r in schema.returns)
+                     and schema.name != "aten::lift_fresh"
+                     and not any(str(a.type) == "Storage" for a in schema.arguments))
+        except AttributeError:  # not an OpOverload: count what it returns, as before
+            known = False
+        _allocation_free[func] = known
+    return known
+
+
 class StorageRecord(weakref.ref):
     """A weakref to one storage that carries what the report needs about it; call it for the storage.
 
@@ -65,7 +103,7 @@ class StorageRecord(weakref.ref):
     __slots__ = ("key", "nbytes", "step", "op", "file", "line")
     key: int
     nbytes: int
-    step: int  # the step that created it (0 = before the first step)
+    step: int  # the step that created it (0 = before the first step, UNSEEN_STEP: a skipped one)
     op: str  # the aten op whose output it was
     file: str
     line: int
@@ -96,6 +134,11 @@ class LiveStorageTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self.step = 0
+        # Set while some steps run without the mode: a storage first met through an op that
+        # allocates nothing is then a skipped step's, not this step's. With every step tracked it
+        # was made outside the dispatcher (another thread, before the run) or in a warm-up
+        # calibration step, and is charged to the step that first meets it, as it always was.
+        self.skipping = False
         # Tensor objects made while tracking, to find held graphs and the holders of survivors.
         # A dict of plain weakrefs by id, not a WeakSet: adding to a WeakSet hashes the tensor
         # through Tensor.__hash__ in Python, about 5 us an op (cProfile, clean scenario). A reused
@@ -133,11 +176,15 @@ class LiveStorageTracker(TorchDispatchMode):
             return
         record = StorageRecord(st, self._freed)
         record.key = key
+        record.op = getattr(func, "__name__", None) or str(func)
+        self.records[key] = record
+        if self.skipping and _allocates_nothing(func):
+            # Kept with no bytes, so later views of it are not taken for new storages either.
+            record.nbytes, record.step, record.file, record.line = 0, UNSEEN_STEP, "", 0
+            return
         record.nbytes = nbytes = st.nbytes()
         record.step = self.step
-        record.op = getattr(func, "__name__", None) or str(func)
         record.file, record.line = self._user_line()
-        self.records[key] = record
         self.live_bytes += nbytes
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes

@@ -101,6 +101,31 @@ def test_with_a_stride_a_growing_graph_is_still_seen():
     assert [h.subject for h in report.holders] == ["total_loss"]
 
 
+def carried_state_step():
+    """A state carried into the next step without .detach(), backward(retain_graph=True): each
+    backward runs through every earlier step's tanh node and unpacks the output it saved (512 B)."""
+    torch.manual_seed(0)
+    weight = torch.randn(16, 16, requires_grad=True)
+    state = [torch.zeros(8, 16)]
+
+    def carry_state():
+        state[0] = torch.tanh(state[0] @ weight + torch.randn(8, 16))
+        state[0].sum().backward(retain_graph=True)
+    return carry_state
+
+
+def test_with_a_stride_a_graph_chained_across_steps_is_measured_at_its_true_size():
+    # Unpacking a saved output in backward runs aten::detach under the mode: on a tracked step it
+    # met the skipped steps' tanh outputs and charged them to itself (K x 512 B/step).
+    every_step = probe(carried_state_step(), steps=60, track_every=1)
+    assert every_step.verdict is Verdict.RETAINED and every_step.bytes_per_step == pytest.approx(512)
+    for every in (3, 5):
+        strided = probe(carried_state_step(), steps=60, track_every=every)
+        assert strided.verdict is Verdict.RETAINED
+        assert strided.bytes_per_step == pytest.approx(512), every
+        assert sum(h.bytes_per_step for h in strided.holders) == pytest.approx(512), every
+
+
 def test_with_a_stride_clean_code_stays_clean_over_repeated_runs():
     clean = step("clean_step")
     for every in (2, 3, 5):
