@@ -8,7 +8,7 @@ import libcst as cst
 from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, leading_params
 from gradlint.findings import Applicability, Severity
-from gradlint.flow import AttributeStore, SavedForBackward, Walk
+from gradlint.flow import AttributeStore, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
@@ -34,6 +34,29 @@ def stored_kind(walk: Walk, value: Val) -> str | None:
     return "tensor" if value.is_tensor else None
 
 
+def _bindings(value: Val) -> set[int]:
+    found = {value.binding} if value.binding is not None else set()
+    for member in value.members():
+        found |= _bindings(member)
+    return found
+
+
+def keeps_several_outputs(walk: Walk) -> bool:
+    """Whether ctx holds two or more outputs of one call (`ctx.a, ctx.b = a, b; return a, b`):
+    then the outputs share the grad_fn node the cycle runs through, and torch 2.13's collector
+    cannot free it (ground truth: one output on ctx is freed by gc.collect(), two are not)."""
+    stored: set[int] = set()
+    for store in walk.of(AttributeStore):
+        if store.owner.kind is Kind.CTX:
+            stored |= _bindings(store.value)
+    stored &= walk.output_bindings
+    if len(stored) < 2:
+        return False
+    if walk.role.kind != "forward":  # setup_context: `output` is one call's outputs
+        return True
+    return any(len(_bindings(r.value) & stored) >= 2 for r in walk.of(ReturnValue))
+
+
 class CtxTensorAttribute(Rule):
     code = "GL101"
     name = "ctx-tensor-attribute"
@@ -55,6 +78,10 @@ What torch 2.13 does, measured:
   attribute stays alive with them. On a GPU that is an OOM waiting to happen.
 - A **view or slice of the output** (`ctx.v = out[1:]`) forms a cycle the collector never frees:
   a permanent leak, even with `gc.collect()`.
+- **Two or more outputs** of a multi-output Function on ctx (`ctx.a, ctx.b = a, b; return a, b`,
+  or a list of them) form cycles through the grad_fn node they share, and the collector frees
+  none of them either: 20 of 20 calls' outputs were alive after `gc.collect()`, with or without
+  backward, where one output on ctx was always freed.
 - An **input or intermediate** on ctx skips autograd's version-counter check (modify it in
   place after forward and backward silently computes wrong gradients), and it stays alive after
   backward for as long as the graph is referenced; `save_for_backward` frees it in backward.
@@ -125,6 +152,16 @@ class NotAutograd:
 """,
     )
     INVALID = (
+        Invalid("""
+import torch
+class ExpAndDouble(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        a, b = x.exp(), x * 2
+        ctx.a = a
+        ctx.b = b
+        return a, b
+""", ("ctx.a = a", "ctx.b = b")),
         Invalid("""
 import torch
 class Exp(torch.autograd.Function):
@@ -281,6 +318,7 @@ class Cube(torch.autograd.Function):
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function, walk in model.autograd_walks:
+            several = keeps_several_outputs(walk)
             for store in walk.of(AttributeStore):
                 if store.owner.kind is not Kind.CTX:
                     continue
@@ -296,6 +334,13 @@ class Cube(torch.autograd.Function):
                         "(output -> grad_fn -> ctx -> view -> output) that the cyclic collector never frees, "
                         "a permanent leak every call (measured, torch 2.13); save the output with "
                         "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR, subject, fix)
+                elif kind in ("output", "container") and several:
+                    what = "one of its outputs" if kind == "output" else "a container holding its outputs"
+                    yield Hit(store.node, (
+                        f"{attr} holds {what}, and {function.name} keeps two or more of its outputs on ctx: "
+                        "reference cycles through the grad_fn node they share that the cyclic collector never "
+                        "frees, a permanent leak every call (measured, torch 2.13); use "
+                        "ctx.save_for_backward(...)"), Severity.ERROR, subject, fix)
                 elif kind in ("output", "container"):
                     what = "its own output" if kind == "output" else "a container holding its own output"
                     yield Hit(store.node, (

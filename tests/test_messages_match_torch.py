@@ -123,6 +123,37 @@ def test_view_of_output_on_ctx_is_a_permanent_leak():
     assert _storage_alive_after(VIEW_OF_OUTPUT) == (True, True)
 
 
+TWO_OUTPUTS = textwrap.dedent("""
+    import torch
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            a, b = x.exp(), x * 2
+            ctx.a = a
+            ctx.b = b
+            return a, b
+        @staticmethod
+        def backward(ctx, ga, gb):
+            return ga * ctx.a + gb * 2
+""")
+
+
+def test_two_outputs_on_ctx_are_a_permanent_leak():
+    findings = [f for f in _lint(TWO_OUTPUTS) if f.code == "GL101"]
+    assert len(findings) == 2
+    assert all("never frees" in f.message and f.severity.value == "error" for f in findings)
+    namespace = _load(TWO_OUTPUTS)
+    gc.disable()
+    try:
+        a, b = namespace["Keep"].apply(torch.randn(1000, requires_grad=True))
+        refs = [weakref.ref(a.untyped_storage()), weakref.ref(b.untyped_storage())]
+        del a, b
+        gc.collect()
+        assert [r() is not None for r in refs] == [True, True]
+    finally:
+        gc.enable()
+
+
 def test_input_on_ctx_forms_no_cycle_and_is_a_warning():
     [finding] = [f for f in _lint(INPUT_ON_CTX) if f.code == "GL101"]
     assert finding.severity.value == "warning" and "version-counter" in finding.message
