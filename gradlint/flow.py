@@ -39,6 +39,11 @@ _SCALAR_LIKE = re.compile(
 )
 
 
+def looks_like_scalar(name: str) -> bool:
+    """A name that holds a Python scalar in practice: a dim, a size, an option."""
+    return bool(_SCALAR_LIKE.match(name))
+
+
 def looks_like_module(name: str) -> bool:
     last = name.split(".")[-1]
     return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last)

@@ -6,15 +6,42 @@ import libcst as cst
 
 from gradlint import prechecks
 from gradlint.file_model import FileModel
+from gradlint.flow import looks_like_scalar
 from gradlint.findings import Severity
 from gradlint.prescan import child_nodes
 from gradlint.rule import Hit, Invalid, Rule
 
 _CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.GeneratorExp, cst.DictComp)
+_LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _never_tensor(node: cst.BaseExpression) -> bool:
+    """A literal, True/False/None, a name used for sizes and options (`stride`, `kernel_size`), or
+    a display of those: `(3, 3, 3)` and `{"mode": "sum"}` hold no tensor autograd could miss."""
+    if isinstance(node, _LITERALS):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False", "None") or looks_like_scalar(node.value)
+    if isinstance(node, cst.UnaryOperation):
+        return _never_tensor(node.expression)
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return all(not isinstance(e, cst.StarredElement) and _never_tensor(e.value) for e in node.elements)
+    if isinstance(node, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and _never_tensor(e.value) for e in node.elements)
+    if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+        return _never_tensor(node.elt)
+    if isinstance(node, cst.DictComp):
+        return _never_tensor(node.value)
+    return False
+
+
+def _may_hold_tensors(node: cst.BaseExpression) -> bool:
+    return isinstance(node, _CONTAINERS) and not _never_tensor(node)
 
 
 def container_names(function: cst.FunctionDef | None, module: cst.Module) -> set[str]:
-    """Names every assignment of which (in the function, or at module level) is a container literal."""
+    """Names every assignment of which (in the function, or at module level) is a container display
+    that may hold a tensor."""
     containers: set[str] = set()
     others: set[str] = set()
     stack: list[cst.CSTNode] = [function.body if function is not None else module]
@@ -25,7 +52,7 @@ def container_names(function: cst.FunctionDef | None, module: cst.Module) -> set
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
-                    (containers if isinstance(node.value, _CONTAINERS) else others).add(target.target.value)
+                    (containers if _may_hold_tensors(node.value) else others).add(target.target.value)
         stack.extend(child_nodes(node))
     return containers - others
 
@@ -41,7 +68,9 @@ class TensorsInListToApply(Rule):
 Flags `MyFn.apply(...)` (MyFn an autograd Function defined in the same file) with a list, tuple
 or dict argument, written in place (`MyFn.apply([x, y])`) or bound to a name in the same function
 (`xs = [x, y]; MyFn.apply(xs)`). A call that also unpacks arguments (`MyFn.apply(group, bufs,
-*grads)`) is taken to pass its tensors that way and is not reported.
+*grads)`) is taken to pass its tensors that way and is not reported, and so is a display that can
+hold no tensor: literals, True/False/None and names used for sizes and options (`(3, 3, 3)`,
+`(kernel_size, stride)`, `{"mode": "sum"}`).
 
 ## Why is this bad?
 Measured on torch 2.13: autograd only tracks tensors passed as arguments themselves. Tensors inside
@@ -68,6 +97,17 @@ class Cat(torch.autograd.Function):
 def run(a, b):
     xs = [a, b]
     return Cat.apply(*xs)
+""",
+        """
+import torch
+class VoxelConv(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, feats, weight, kernel_size, options):
+        return feats @ weight
+def conv(feats, weight, stride):
+    window = (3, 3, 3)
+    return VoxelConv.apply(feats, weight, (3, 3, 3), {"mode": "sum", "stride": stride}) + \
+        VoxelConv.apply(feats, weight, window, [1, -1])
 """,
     )
     INVALID = (
@@ -103,7 +143,7 @@ def run(a, b):
                 if arg.star or arg.keyword is not None:
                     continue
                 value = arg.value
-                if isinstance(value, _CONTAINERS) or (isinstance(value, cst.Name) and value.value in containers):
+                if _may_hold_tensors(value) or (isinstance(value, cst.Name) and value.value in containers):
                     yield Hit(site.call, (
                         f"{name}.apply gets tensors inside a container: autograd does not see them, so the "
                         "output does not require grad and no gradient reaches them (no error, measured torch "
