@@ -253,7 +253,8 @@ class FileModel:
         self_name = init.params.params[0].name.value
         walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=module.name))
         walker = Walker(walk, init)
-        walker.bind_params({self_name: UNKNOWN})
+        params = {p.name.value: self._param_value(p, walk.role) for p in _all_params(init)}
+        walker.bind_params({**params, self_name: UNKNOWN})
         walker.run()
         for event in walk.of(AttributeStore):
             if event.owner_name == self_name:
@@ -491,13 +492,39 @@ class FileModel:
         walk.closure_names = closure
         walker = Walker(walk, function)
         if isinstance(function, cst.FunctionDef):
-            params = {}
-            for param in _all_params(function):
-                name = param.name.value
-                params[name] = Val(Kind.MODULE) if looks_like_module(name) else UNKNOWN
-            walker.bind_params(params)
+            walker.bind_params({param.name.value: self._param_value(param, role) for param in _all_params(function)})
         walker.run()
         return walk
+
+    def _param_value(self, param: cst.Param, role: FunctionRole) -> Val:
+        """A plain function's parameter: a module when it is a module class's self, is annotated as
+        a module (`encoder: nn.Module`, `model: Net`) or named like one; unknown otherwise."""
+        name = param.name.value
+        if name == role.self_name and role.kind in ("module_forward", "module_method"):
+            return Val(Kind.MODULE, module_class=role.owner_class)
+        annotated = self._annotated_class(param)
+        if annotated is not None and annotated in self.module_class_names:
+            return Val(Kind.MODULE, module_class=annotated)
+        if annotated is not None and (annotated.rsplit(".", 1)[-1] == "Module" or api.is_nn_module_class(annotated)):
+            return Val(Kind.MODULE)
+        return Val(Kind.MODULE) if looks_like_module(name) else UNKNOWN
+
+    def _annotated_class(self, param: cst.Param) -> str | None:
+        """The class a parameter is annotated with, through Optional[...] and `| None`."""
+        if param.annotation is None:
+            return None
+        node = param.annotation.annotation
+        if isinstance(node, cst.Subscript) and dotted(node.value) in ("Optional", "typing.Optional") \
+                and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            node = node.slice[0].slice.value
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr) \
+                and isinstance(node.right, cst.Name) and node.right.value == "None":
+            node = node.left
+        if isinstance(node, cst.SimpleString):  # "Net": a forward reference
+            return str(node.evaluated_value)
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return self.imports.qualify(node)
+        return None
 
 
 def leading_params(function: cst.FunctionDef) -> int:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 _MODULE_LIKE = re.compile(
     r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn|rnn|lstm|gru)$"
     r"|^\w+_(model|net|encoder|decoder|backbone|rnn|lstm|gru)$"
+    # the pairs of MoCo, GANs, EMA and distillation: encoder_q/encoder_k, net_g/net_d, model_ema
+    r"|^(model|net|encoder|decoder|backbone)_(q|k|g|d|ema|student|teacher|online|target|momentum)$"
 )
 # `get_model`, `build_net`: functions that make a module, not modules.
 _FACTORY_PREFIX = re.compile(r"^(get|make|build|create|load|init|setup|wrap|to|is|has)_")
@@ -735,7 +737,7 @@ class Walker:
                 return Val(Kind.MODULE)
             if method == "forward":
                 return tensor(*positional, Val(graph=True))
-            return UNKNOWN
+            return None  # `model.encoder(x)`: what the attribute is decides
         if method == "apply" and receiver.kind is Kind.UNKNOWN:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:
@@ -790,8 +792,7 @@ class Walker:
         if name in api.PARAMETER_CONSTRUCTORS:
             return Val(Kind.TENSOR, param=True)
         if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
-            last = name.rsplit(".", 1)[-1]
-            if last[:1].isupper() and last not in api.NN_NOT_MODULES:
+            if api.is_nn_module_class(name):
                 return Val(Kind.MODULE)
             if name.startswith("torch.nn.init."):
                 return SCALAR

@@ -34,7 +34,7 @@ from gradlint.file_model import is_module_base
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
-                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_tensor_op)
+                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_nn_module_class, is_tensor_op)
 
 
 def may_store_across_steps(tree: ast.Module) -> bool:
@@ -107,6 +107,7 @@ class _Scope:
         self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
         self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
         self._init_attributes: dict[str, _Kinds] | None = None
+        self._module_params: dict[str, _Kinds] | None = None
 
     def may_keep_graph(self, facts: _FileFacts) -> bool:
         lasting = [site for site in self.sites if self.store_outlives_step(site, facts)]
@@ -216,9 +217,28 @@ class _Scope:
             return True
         if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
             return True
-        if not self.loads.isdisjoint(facts.module_instances):
+        if not self.loads.isdisjoint(facts.module_instances) or self.module_params(facts):
             return True
         return any(facts.makes_module(callee) for callee in self.callees)
+
+    def module_params(self, facts: _FileFacts) -> dict[str, _Kinds]:
+        """Parameters flow binds to a module (FileModel._param_value): a module class's self in
+        its methods, one annotated with a module class (`encoder: nn.Module`, `net: Net`)."""
+        if self._module_params is None:
+            found: dict[str, _Kinds] = {}
+            if not isinstance(self.node, ast.Module):
+                arguments = self.node.args
+                for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs):
+                    annotated = _annotated_class(argument.annotation, facts)
+                    if annotated is not None and (annotated in facts.module_class_names
+                                                  or annotated.rsplit(".", 1)[-1] == "Module"
+                                                  or is_nn_module_class(annotated)):
+                        found[argument.arg] = _Kinds(module=True, instance=annotated in facts.module_class_names)
+                if self.self_name is not None and self.owner.name in facts.module_class_names \
+                        and self.node.name != "__init__":
+                    found[self.self_name] = _Kinds(module=True, instance=True)
+            self._module_params = found
+        return self._module_params
 
     def init(self, facts: _FileFacts) -> _Scope | None:
         """The __init__ whose attributes flow gives this method's `self.x` (FileModel's
@@ -291,6 +311,8 @@ class _GraphValues:
         # A name backward() is called on is graph-attached wherever it is bound (prescan's roots).
         roots = _backward_roots(scope.node) & self.values_of.keys()
         self.held: dict[str, _Kinds] = dict.fromkeys(roots, _Kinds(tensor=True, graph=True))
+        for name, kinds in scope.module_params(facts).items():
+            self.held[name] = self.held.get(name, _NOTHING) | kinds
         changed = True
         while changed:
             changed = False
@@ -367,7 +389,10 @@ class _GraphValues:
             found = found._replace(module=True)
         if base is None:
             base = self._kinds(e.value)
-        if base.instance and e.attr in self.facts.method_stores:
+        own = dotted is not None and self.self_name is not None and dotted.count(".") == 1 \
+            and dotted.startswith(f"{self.self_name}.")
+        # flow reads self.x from what __init__ put there before it asks what methods store
+        if base.instance and e.attr in self.facts.method_stores and not (own and e.attr in self.own_attributes):
             found |= _Kinds(tensor=True, graph=True)
         if base.tensor and e.attr in _TENSOR_VIEW_ATTRIBUTES:
             found |= _Kinds(tensor=True, graph=base.graph or base.parameter)
@@ -722,6 +747,21 @@ _HANDLERS = {
     ast.ClassDef: _FileFacts._class,
     ast.Import: _FileFacts._import, ast.ImportFrom: _FileFacts._import_from,
 }
+
+
+def _annotated_class(annotation: ast.expr | None, facts: _FileFacts) -> str | None:
+    """As FileModel._annotated_class: through Optional[...], `| None` and a quoted name."""
+    if annotation is None:
+        return None
+    if isinstance(annotation, ast.Subscript) and _dotted(annotation.value) in ("Optional", "typing.Optional"):
+        annotation = annotation.slice
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr) \
+            and isinstance(annotation.right, ast.Constant) and annotation.right.value is None:
+        annotation = annotation.left
+    if _is_text(annotation):
+        return annotation.value
+    name = _dotted(annotation)
+    return facts.qualify(name) if name is not None else None
 
 
 def _is_text(node: ast.expr) -> bool:

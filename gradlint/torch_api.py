@@ -138,6 +138,14 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "requires_
 _TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
 
 
+def is_nn_module_class(name: str) -> bool:
+    """`torch.nn.Linear`, `torch.nn.modules.conv.Conv2d`: a class whose instances are modules."""
+    if not name.startswith("torch.nn.") or name.startswith(("torch.nn.functional.", "torch.nn.init.")):
+        return False
+    last = name.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in NN_NOT_MODULES
+
+
 def is_tensor_op(name: str) -> bool:
     """A torch function that returns tensors: public top-level ops (torch.cat, torch.zeros) and
     the functional namespaces. Helpers imported from torch's private or utility modules

@@ -156,6 +156,24 @@ KEPT_ACROSS_STEPS = {
             global total
             total = total + clf(x)
     """,
+    "module_called_as_self_in_its_own_method": """
+        import torch.nn.functional as F
+        from torch import nn
+        class Classifier(nn.Module):
+            def training_step(self, batch):
+                x, y = batch
+                loss = F.cross_entropy(self(x), y)
+                self.outputs.append({"loss": loss})
+                return loss
+    """,
+    "parameter_annotated_as_a_module": """
+        from torch import nn
+        TAPS = []
+        def train(model, x):
+            model(x).sum().backward()
+        def tap(enc: nn.Module, x):
+            TAPS.append(enc(x))
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
