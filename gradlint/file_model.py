@@ -619,7 +619,7 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
 
 def _bindings_of(value: Val) -> set[int]:
     found = {value.binding} if value.binding is not None else set()
-    for element in value.elements:
+    for element in value.members():
         found |= _bindings_of(element)
     return found
 

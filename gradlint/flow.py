@@ -512,6 +512,13 @@ class Walker:
             return  # a container we cannot name: a call result, a subscript of one
         self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites))
 
+    def _note_item(self, container: cst.BaseExpression, receiver: Val, item: Val) -> None:
+        """`outs.append(out)` on a list bound here: `return tuple(outs)` then returns what was
+        appended (the first kind of item seen stands for all)."""
+        if isinstance(container, cst.Name) and receiver.kind is Kind.CONTAINER and receiver.item is None \
+                and item.kind is not Kind.UNKNOWN and container.value in self.env:
+            self.env[container.value] = self.env[container.value].with_(item=item)
+
     # ----- expressions ----------------------------------------------------------------------
 
     def ev(self, expr: cst.BaseExpression | None) -> Val:
@@ -731,6 +738,7 @@ class Walker:
             else:
                 value = positional[0] if positional else UNKNOWN
             self._container_add(e.func.value, method, value, e)
+            self._note_item(e.func.value, receiver, value if method in ("append", "insert") else value.element(None))
             return SCALAR
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:

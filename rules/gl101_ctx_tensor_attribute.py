@@ -48,8 +48,10 @@ def keeps_several_outputs(walk: Walk) -> bool:
     stored: set[int] = set()
     for store in walk.of(AttributeStore):
         if store.owner.kind is Kind.CTX:
-            stored |= _bindings(store.value)
-    stored &= walk.output_bindings
+            outputs = _bindings(store.value) & walk.output_bindings
+            if outputs and store.attribute == "<dynamic>" and store.where.loops:
+                return True  # setattr(ctx, f"out{i}", out) over the outputs: one attribute each
+            stored |= outputs
     if len(stored) < 2:
         return False
     if walk.role.kind != "forward":  # setup_context: `output` is one call's outputs
@@ -162,6 +164,18 @@ class ExpAndDouble(torch.autograd.Function):
         ctx.b = b
         return a, b
 """, ("ctx.a = a", "ctx.b = b")),
+        Invalid("""
+import torch
+class Levels(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, feats, index, *sizes):
+        outs = []
+        for level, size in enumerate(sizes):
+            out = feats.new_zeros(size, feats.size(1)).index_add_(0, index // 2 ** level, feats)
+            setattr(ctx, f"out{level}", out)
+            outs.append(out)
+        return tuple(outs)
+""", ('setattr(ctx, f"out{level}", out)',)),
         Invalid("""
 import torch
 class Exp(torch.autograd.Function):
@@ -327,6 +341,8 @@ class Cube(torch.autograd.Function):
                     continue
                 fix = _save_instead(function, walk, store) if kind != "container" else None
                 attr = f"{store.owner_name}.{store.attribute}"
+                if store.attribute == "<dynamic>":
+                    attr = f"the attribute `{code(store.node).strip()}` sets"
                 subject = f"{function.name}.ctx.{store.attribute}"
                 if kind == "view":
                     yield Hit(store.node, (
