@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -66,15 +67,29 @@ def _present(marker: str | tuple[str, ...], source: str) -> bool:
     return all(part in source for part in marker)
 
 
-def _python_ast(source: str, path: str) -> ast.Module | Finding:
+def _python_ast(source: str, path: str) -> ast.Module | Finding | None:
     """CPython's own parse: about 10x cheaper than libcst, and its syntax messages ("'(' was
-    never closed") are the ones users know."""
+    never closed") are the ones users know. None: valid Python newer than the one running."""
     try:
         return compile(source, path, "exec", ast.PyCF_ONLY_AST)
     except SyntaxError as error:
+        if _newer_syntax(source):
+            return None
         return _finding(path, SYNTAX_ERROR, error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
     except (RecursionError, MemoryError, ValueError):
         return _finding(path, UNREADABLE, 1, 1, "too deeply nested to parse")
+
+
+def _newer_syntax(source: str) -> bool:
+    """Whether a file this Python rejects is still Python libcst reads: 3.12's `type X = ...` and
+    `def f[T]` checked on 3.10 or 3.11. Asked only of files with a syntax error."""
+    if sys.version_info >= (3, 12):
+        return False  # nothing libcst reads is newer than 3.12's grammar
+    try:
+        cst.parse_module(source)
+    except Exception:  # noqa: BLE001 - any failure means: report CPython's syntax error
+        return False
+    return True
 
 
 def _syntax_error(source: str, path: str) -> Finding | None:
@@ -110,7 +125,8 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         result.findings.append(tree)
         return result
     try:
-        rules = [r for r in rules if r.precheck(tree)]
+        # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
+        rules = [r for r in rules if tree is None or r.precheck(tree)]
     except RecursionError:
         rules = []
     if not rules:

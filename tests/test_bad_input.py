@@ -40,6 +40,19 @@ def test_syntax_error_is_a_gl000_finding_at_its_line_and_the_run_goes_on(project
     assert "leaky.py:8:9: GL101" in result.output
 
 
+def test_python_3_12_syntax_is_checked_on_an_older_python_too(project):
+    # CPython 3.10/3.11 reject `type` statements and type parameters; libcst reads them, so the
+    # file is linted rather than reported as GL000. A real syntax error still is.
+    (project / "generic_op.py").write_text(
+        "import torch\n\ntype Pair = tuple[torch.Tensor, torch.Tensor]\n\n"
+        "class Exp[T](torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "        out = x.exp()\n        ctx.out = out\n        return out\n")
+    (project / "plain.py").write_text("type Alias = int\nx: Alias = 1\n")
+    result = run("check", ".")
+    assert result.exit_code == 1
+    assert "generic_op.py:9:9: GL101" in result.output and "GL000" not in result.output
+
+
 def test_non_utf8_file(project):
     (project / "latin.py").write_bytes(b"# caf\xe9\nimport torch\n")
     result = run("check", "latin.py")
