@@ -107,6 +107,15 @@ def _syntax_error(source: str, path: str) -> Finding | None:
     return None
 
 
+def _precheck(rule: Rule, tree: ast.Module) -> bool:
+    try:
+        return rule.precheck(tree)
+    except RecursionError:
+        raise
+    except Exception:  # noqa: BLE001 - a precheck only saves time: if it fails, the rule itself decides
+        return True
+
+
 def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     """Lint one file's text. Never raises for bad input: it becomes a GL000/GL001 finding.
 
@@ -126,7 +135,7 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         return result
     try:
         # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
-        rules = [r for r in rules if tree is None or r.precheck(tree)]
+        rules = [r for r in rules if tree is None or _precheck(r, tree)]
     except RecursionError:
         rules = []
     if not rules:

@@ -302,3 +302,14 @@ def test_every_corpus_and_example_file_with_a_finding_passes_the_precheck(monkey
             with_findings.append(path.name)
             assert real(ast.parse(source)), path.name
     assert len(with_findings) >= 5, with_findings
+
+
+def test_a_precheck_that_fails_lets_its_rule_decide(monkeypatch):
+    # A precheck only saves time: a bug in one must not crash the run or hide the rule's findings.
+    def broken(tree):
+        raise AttributeError("precheck bug")
+
+    monkeypatch.setattr(graph_store_precheck, "may_store_across_steps", broken)
+    source = textwrap.dedent(KEPT_ACROSS_STEPS["module_forward_keeping_in_a_global"])
+    result = lint_source(source, "kept.py", GL103_GL104)
+    assert {f.code for f in result.findings} == {"GL103"}
