@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from . import signals
 from .attribute import Holder
 from .runner import Run, StepError, run_steps
+from .target import runs_nothing
 from .verdict import Verdict, growing, levelled_off, robust_slope, survivor_spread
 
 
@@ -75,6 +77,9 @@ def probe(step: Callable[[], object], steps: int = 100, *, warmup: int = 10, gc_
         raise ValueError("steps must be at least 1")
     if track_every is not None and track_every < 1:
         raise ValueError("track_every must be at least 1")
+    if runs_nothing(step):
+        raise ValueError(f"{getattr(step, '__qualname__', step)!s} is a {runs_nothing(step)}: calling it runs "
+                         "none of its body, so there is nothing to measure; probe a plain function")
     device = resolve_device(device)
     run = run_steps(step, steps, warmup, gc_every, on_step=on_step, attribute=attribute, track_every=track_every)
     return assess(run, name or getattr(step, "__qualname__", repr(step)), device)

@@ -53,7 +53,22 @@ def load_target(spec: str) -> Target:
     if not callable(step):
         raise TargetError(f"{module_ref}:{name} is not callable (it is a {type(step).__name__})")
     _check_takes_no_arguments(spec, step)
+    kind = runs_nothing(step)
+    if kind is not None:
+        raise TargetError(f"{spec} is a {kind}: calling it runs none of its body; probe a plain function "
+                          "that runs one step")
     return Target(spec, step, getattr(module, "__file__", "") or "")
+
+
+def runs_nothing(step: Callable) -> str | None:
+    """What kind of function only builds an object when called (a generator, a coroutine), if so."""
+    if inspect.isgeneratorfunction(step):
+        return "generator function"
+    if inspect.iscoroutinefunction(step):
+        return "coroutine function (async def)"
+    if inspect.isasyncgenfunction(step):
+        return "async generator function"
+    return None
 
 
 def _check_takes_no_arguments(spec: str, step: Callable) -> None:

@@ -26,6 +26,8 @@ def run(*args: str):
     (f"{STEPS}:NOT_A_STEP", f"gradlint probe: error: {STEPS}:NOT_A_STEP is not callable (it is a int)\n"),
     ("no_such_package.train:step", "gradlint probe: error: no module named 'no_such_package.train'\n"),
     ("train.py", "gradlint probe: error: target 'train.py' must be FILE.py:FUNCTION or package.module:FUNCTION\n"),
+    (f"{STEPS}:generator_step", f"gradlint probe: error: {STEPS}:generator_step is a generator function: calling it "
+                                "runs none of its body; probe a plain function that runs one step\n"),
 ])
 def test_a_target_that_cannot_be_loaded_is_one_line_and_exit_2(spec, message):
     pytest.importorskip("torch")
