@@ -184,12 +184,12 @@ class Prescan:
             if receiver not in self.imported:
                 if receiver is not None and method in api.TENSOR_ONLY_METHODS:
                     self.tensor_uses.add(receiver)
-                if method in api.TENSOR_ARGUMENT_METHODS:
-                    self.tensor_uses.update(a.value.value for a in node.args
-                                            if isinstance(a.value, cst.Name) and a.keyword is None)
-            if method == "save_for_backward" or (dotted(func) or "").startswith(("torch.", "F.", "th.")):
-                self.tensor_uses.update(a.value.value for a in node.args
-                                        if isinstance(a.value, cst.Name) and a.keyword is None)
+                if method in api.TENSOR_ARGUMENT_POSITIONS:
+                    self._tensor_args(node, api.TENSOR_ARGUMENT_POSITIONS[method])
+            if method == "save_for_backward":
+                self._tensor_args(node, None)
+            elif (dotted(func) or "").startswith(("torch.", "F.", "th.")):
+                self._tensor_args(node, api.TENSOR_FUNCTION_POSITIONS.get(method, (0,)))
             if method == "backward":
                 self.backward_roots.update(_roots(func.value))
             if method in api.STEP_METHODS:
@@ -208,6 +208,13 @@ class Prescan:
             kw = arg.keyword.value if arg.keyword else None
             if kw in ("dim", "k", "dim_size", "num_segments", "size", "axis", "eps") and isinstance(arg.value, cst.Name):
                 self.scalar_uses.add(arg.value.value)
+
+    def _tensor_args(self, node: cst.Call, positions: tuple[int, ...] | None) -> None:
+        """The names passed at `positions` (all, for None) are used as tensors."""
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for i, arg in enumerate(positional):
+            if isinstance(arg.value, cst.Name) and (positions is None or i in positions):
+                self.tensor_uses.add(arg.value.value)
 
     def _scalar_args(self, node: cst.Call) -> None:
         for arg in node.args:

@@ -126,12 +126,33 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     "argmax", "argmin", "nonzero", "unique", "cumsum", "repeat_interleave", "flip", "roll", "t",
 })
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
-TENSOR_ARGUMENT_METHODS = frozenset({
-    "index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
-    "scatter_reduce_", "index_add", "index_add_", "index_put_", "index_copy_", "masked_fill",
-    "masked_fill_", "masked_select", "matmul", "mm", "bmm", "expand_as", "view_as", "type_as",
-    "reshape_as", "copy_", "add_", "mul_", "sub_", "div_", "addcmul_", "lerp_",
-})
+# Which positional arguments must be tensors (counted from 0, after the receiver for a method):
+# evidence that a forward input is a tensor. Only these: `x.mul_(scale)`, `torch.clamp(x, lo, hi)`
+# and `F.leaky_relu(x, slope)` take Python numbers too, and a number taken for a tensor makes
+# GL101 report `ctx.slope = slope` and its fix save a float (TypeError in forward). A torch.* or
+# F.* function not listed here takes a tensor first.
+TENSOR_ARGUMENT_POSITIONS = {
+    "index_select": (1,), "gather": (1,), "scatter": (1,), "scatter_": (1,), "scatter_add": (1, 2),
+    "scatter_add_": (1, 2), "scatter_reduce": (1, 2), "scatter_reduce_": (1, 2), "index_add": (1, 2),
+    "index_add_": (1, 2), "index_copy": (1, 2), "index_copy_": (1, 2), "masked_fill": (0,), "masked_fill_": (0,),
+    "masked_select": (0,), "masked_scatter": (0, 1), "masked_scatter_": (0, 1), "matmul": (0,), "mm": (0,),
+    "bmm": (0,), "mv": (0,), "dot": (0,), "expand_as": (0,), "view_as": (0,), "type_as": (0,), "reshape_as": (0,),
+    "copy_": (0,), "addcmul_": (0, 1), "addcdiv_": (0, 1), "lerp_": (0,),
+}
+TENSOR_FUNCTION_POSITIONS = {
+    **{name: (0, 1) for name in ("mm", "bmm", "matmul", "mv", "dot", "outer", "cdist", "cross", "kron",
+                                 "cosine_similarity", "pairwise_distance", "grid_sample", "embedding",
+                                 "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss",
+                                 "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+                                 "soft_margin_loss", "multilabel_soft_margin_loss", "poisson_nll_loss")},
+    **{name: (0, 1, 2) for name in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                                    "conv_transpose3d", "triplet_margin_loss", "margin_ranking_loss",
+                                    "cosine_embedding_loss", "scaled_dot_product_attention", "addmm", "baddbmm",
+                                    "addcmul", "addcdiv")},
+    "index_select": (0, 2), "gather": (0, 2), "scatter_add": (0, 2, 3), "scatter_reduce": (0, 2, 3),
+    "index_add": (0, 2, 3), "index_copy": (0, 2, 3), "masked_fill": (0, 1), "bilinear": (0, 1, 2, 3),
+    "batch_norm": (0, 1, 2, 3, 4),
+}
 TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "requires_grad", "grad", "data",
                                "is_cuda", "grad_fn", "ndim"})
 

@@ -121,6 +121,19 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # A number passed on to a torch function is no tensor: `save_for_backward(x, slope)` would
+        # raise TypeError in forward.
+        """
+import torch
+import torch.nn.functional as F
+class LeakyReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, slope, qmin, qmax):
+        ctx.save_for_backward(x)
+        ctx.slope = slope
+        ctx.qrange = (qmin, qmax)
+        return torch.clamp(F.leaky_relu(x, slope), qmin, qmax)
+""",
         """
 import torch
 class Gather(torch.autograd.Function):
