@@ -67,6 +67,18 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
+def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | None:
+    """The loop whose one iteration is the training step the call runs in: the innermost around it
+    that steps an optimizer or goes over a loader/dataset/epochs (a loop over the step's losses or
+    heads is part of one step). None: the function is the step, or there is no loop."""
+    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
+    for loop in reversed(site.loops):
+        iterable = loop.iter if isinstance(loop, cst.For) else loop.test
+        if any(loop in s.loops for s in optimizer_calls) or TRAINING_ITERABLE.search(code(iterable)):
+            return loop
+    return None
+
+
 def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     """Whether a call runs once per training step: in a loop (or, outside loops, a function with no
     training loop of its own) that also steps an optimizer (`.step()`, `.zero_grad()`), or in a

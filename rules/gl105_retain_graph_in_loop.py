@@ -4,7 +4,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from gradlint.call_sites import CallSite, in_training_step, is_true, keyword, method_name
+from gradlint.call_sites import CallSite, in_training_step, is_true, keyword, method_name, step_loop
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.names import dotted
@@ -57,6 +57,19 @@ for x, y in loader:
 ```
 """
     VALID = (
+        # Per-task gradient norms in a loop over the step's losses, then the step's backward.
+        """
+import torch
+for x, targets in loader:
+    losses = [crit(head(model(x)), t) for head, t in zip(heads, targets)]
+    norms = []
+    for l in losses:
+        g, = torch.autograd.grad(l, shared, retain_graph=True)
+        norms.append(g.norm().item())
+    optimizer.zero_grad()
+    sum(losses).backward()
+    optimizer.step()
+""",
         """
 for x, y in loader:
     loss_d = d_loss(x)
@@ -101,11 +114,12 @@ def train_step(model, batch, optimizer):
         for index, site in enumerate(sites):
             if not self._retains(model, site.call) or not in_training_step(site, sites):
                 continue
-            # The rest of the step: later calls in the same loop body, or in the same function.
-            later = (s for s in sites[index + 1:]
-                     if s.function is site.function and (site.loop is None or site.loop in s.loops))
-            if any(self._backward(model, s.call) and not self._retains(model, s.call) for s in later):
-                continue  # a later backward in the same step frees the graph
+            # The rest of the step: later calls in the same training-loop body, or in the same function.
+            # Any later backward needs this one's retain_graph (a retaining one is judged itself).
+            step = step_loop(site, sites)
+            later = (s for s in sites[index + 1:] if s.function is site.function and (step is None or step in s.loops))
+            if any(self._backward(model, s.call) for s in later):
+                continue
             yield Hit(site.call, (
                 "backward(retain_graph=True) is the step's last backward: the whole graph's saved tensors "
                 "stay alive until the next step replaces them (812548 B in the reference loop, measured); "
