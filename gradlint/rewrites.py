@@ -23,6 +23,15 @@ def method_call(node: cst.BaseExpression, method: str) -> str:
     return f"{text}.{method}()" if _atomic(node) else f"({text}).{method}()"
 
 
+_DISPLAYS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def is_display(node: cst.BaseExpression) -> bool:
+    """A list, tuple, set or dict written out: `.detach()`/`.item()` on it would raise, and which
+    of its elements to detach is for a person to decide."""
+    return isinstance(node, _DISPLAYS)
+
+
 def kept_value(node: cst.BaseExpression, holder: str, scope: cst.CSTNode | None = None) -> tuple[str, str]:
     """What to keep instead of a graph-attached value, and the method used: `.item()` for what reads
     as a scalar (a loss, a total), `.detach()` otherwise (an output, a hidden state), and also when

@@ -9,7 +9,7 @@ import libcst as cst
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import ContainerAdd
 from gradlint.lifetimes import holder_name, outlives_step
-from gradlint.rewrites import kept_value
+from gradlint.rewrites import is_display, kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
@@ -142,6 +142,17 @@ class Trainer:
         self.outputs.append(out.detach())
 """),
         Invalid("""
+class Trainer:
+    def step(self, batch):
+        rec, codes = self.model(batch)
+        self.outputs.append({"rec": rec, "codes": codes})
+""", ("self.outputs.append({\"rec\": rec, \"codes\": codes})",), fixed="""
+class Trainer:
+    def step(self, batch):
+        rec, codes = self.model(batch)
+        self.outputs.append({"rec": rec, "codes": codes})
+"""),
+        Invalid("""
 EMBEDDINGS = []
 def embed_batch(model, tokens):
     global EMBEDDINGS
@@ -191,6 +202,8 @@ def _keep_detached(event: ContainerAdd) -> FixPlan | None:
     elif isinstance(node, cst.Assign) and event.method == "setitem":
         value = node.value
     else:
+        return None
+    if is_display(value):
         return None
     text, method = kept_value(value, event.container_name or "")
     return FixPlan(f"Store .{method}()", Applicability.UNSAFE, (Replace(value, text),))

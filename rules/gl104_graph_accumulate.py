@@ -9,7 +9,7 @@ import libcst as cst
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, NameStore
 from gradlint.lifetimes import holder_name, outlives_step
-from gradlint.rewrites import code, kept_value
+from gradlint.rewrites import code, is_display, kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
@@ -228,7 +228,7 @@ def _add_detached(statement: cst.CSTNode, holder: str, scope: cst.CSTNode) -> Fi
             return None
     else:
         return None
-    if isinstance(value, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp)):
+    if is_display(value):
         return None
     text, method = kept_value(value, holder, scope)
     return FixPlan(f"Add .{method}()", Applicability.UNSAFE, (Replace(value, text),))
