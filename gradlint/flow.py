@@ -112,12 +112,19 @@ class SavedForBackward:
 
 
 @dataclass(frozen=True)
+class MarkedNonDifferentiable:
+    """`ctx.mark_non_differentiable(a, b)`: outputs with no grad_fn, so no cycle through ctx."""
+    where: Where
+    values: tuple[Val, ...]
+
+
+@dataclass(frozen=True)
 class ReturnValue:
     where: Where
     value: Val
 
 
-Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | ReturnValue
+Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | MarkedNonDifferentiable | ReturnValue
 
 
 @dataclass
@@ -727,6 +734,8 @@ class Walker:
             if method == "save_for_backward":
                 self.walk.events.append(SavedForBackward(
                     self._where(e), tuple((a.value, v) for a, v in args)))
+            elif method == "mark_non_differentiable":
+                self.walk.events.append(MarkedNonDifferentiable(self._where(e), tuple(v for _, v in args)))
             return SCALAR
         if (method in api.CONTAINER_STORING_METHODS and method != "update"
                 and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN)) \

@@ -8,7 +8,7 @@ import libcst as cst
 from gradlint import prechecks
 from gradlint.file_model import AutogradFunction, FileModel, leading_params
 from gradlint.findings import Applicability, Severity
-from gradlint.flow import AttributeStore, ReturnValue, SavedForBackward, Walk
+from gradlint.flow import AttributeStore, MarkedNonDifferentiable, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
@@ -41,14 +41,25 @@ def _bindings(value: Val) -> set[int]:
     return found
 
 
+def non_differentiable(walk: Walk) -> set[int]:
+    """Outputs passed to ctx.mark_non_differentiable: they get no grad_fn, so keeping one on ctx
+    makes no cycle (measured: 0 of 20 alive after gc.collect(), 20 of 20 without the mark)."""
+    found: set[int] = set()
+    for event in walk.of(MarkedNonDifferentiable):
+        for value in event.values:
+            found |= _bindings(value)
+    return found
+
+
 def keeps_several_outputs(walk: Walk) -> bool:
     """Whether ctx holds two or more outputs of one call (`ctx.a, ctx.b = a, b; return a, b`):
     then the outputs share the grad_fn node the cycle runs through, and torch 2.13's collector
     cannot free it (ground truth: one output on ctx is freed by gc.collect(), two are not)."""
     stored: set[int] = set()
+    differentiable = walk.output_bindings - non_differentiable(walk)
     for store in walk.of(AttributeStore):
         if store.owner.kind is Kind.CTX:
-            outputs = _bindings(store.value) & walk.output_bindings
+            outputs = _bindings(store.value) & differentiable
             if outputs and store.attribute == "<dynamic>" and store.where.loops:
                 return True  # setattr(ctx, f"out{i}", out) over the outputs: one attribute each
             stored |= outputs
@@ -57,6 +68,10 @@ def keeps_several_outputs(walk: Walk) -> bool:
     if walk.role.kind != "forward":  # setup_context: `output` is one call's outputs
         return True
     return any(len(_bindings(r.value) & stored) >= 2 for r in walk.of(ReturnValue))
+
+
+def _marked(walk: Walk, value: Val) -> bool:
+    return value.binding is not None and value.binding in non_differentiable(walk)
 
 
 class CtxTensorAttribute(Rule):
@@ -352,6 +367,8 @@ class Cube(torch.autograd.Function):
                 kind = stored_kind(walk, store.value)
                 if kind is None:
                     continue
+                if kind == "output" and _marked(walk, store.value):
+                    kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
                 fix = _save_instead(function, walk, store) if kind != "container" else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 if store.attribute == "<dynamic>":

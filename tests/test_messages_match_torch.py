@@ -154,6 +154,27 @@ def test_two_outputs_on_ctx_are_a_permanent_leak():
         gc.enable()
 
 
+ONE_MARKED_NON_DIFFERENTIABLE = TWO_OUTPUTS.replace(
+    "        ctx.a = a\n", "        ctx.mark_non_differentiable(b)\n        ctx.a = a\n")
+assert ONE_MARKED_NON_DIFFERENTIABLE != TWO_OUTPUTS
+
+
+def test_an_output_marked_non_differentiable_makes_no_second_cycle():
+    by_attr = {f.message.split()[0]: f for f in _lint(ONE_MARKED_NON_DIFFERENTIABLE) if f.code == "GL101"}
+    assert "cyclic collector frees" in by_attr["ctx.a"].message
+    assert by_attr["ctx.b"].severity.value == "warning"
+    namespace = _load(ONE_MARKED_NON_DIFFERENTIABLE)
+    gc.disable()
+    try:
+        a, b = namespace["Keep"].apply(torch.randn(1000, requires_grad=True))
+        ref = weakref.ref(a.untyped_storage())
+        del a, b
+        gc.collect()
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_input_on_ctx_forms_no_cycle_and_is_a_warning():
     [finding] = [f for f in _lint(INPUT_ON_CTX) if f.code == "GL101"]
     assert finding.severity.value == "warning" and "version-counter" in finding.message
