@@ -11,7 +11,7 @@ from . import signals
 from .attribute import Holder
 from .runner import Run, StepError, run_steps
 from .target import runs_nothing
-from .verdict import Verdict, growing, levelled_off, robust_slope, survivor_spread
+from .verdict import Verdict, growing, keeps_climbing, leak_start, levelled_off, robust_slope, survivor_spread
 
 
 @dataclass
@@ -118,8 +118,19 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     spread = survivor_spread(run.survivor_steps, run.warmup + 1, last_counted,
                              run.tracked_between(run.warmup, last_counted))
     collected = [(c.tracked, c.live_after) for c in series]
+    # Measured from the collection before the first step whose storages survive: a leak that
+    # began late is measured at its rate, not averaged over the steps before it.
+    start = leak_start(run.survivor_steps, run.warmup + 1, last_counted,
+                       lambda s: run.tracked_between(s - 1, last_counted))
+    since = max([i for i, c in enumerate(series) if start is not None and c.step < start] or [0])
+    collected = collected[since:]
     slope = robust_slope([s for s, _ in collected], [b for _, b in collected]) if len(collected) >= 2 else 0.0
     retained_bytes = slope if slope > 0 else run.survivor_bytes / tracked
+    late = (not spread.steady and start is not None and since > 0
+            and keeps_climbing([c.live_after for c in series[since:]]))
+    if late:  # the windows' slope would count the steps of the first window before the start
+        retained_bytes = ((series[-1].live_after - series[since].live_after)
+                          / max(1, run.tracked_between(start - 1, series[-1].step)))
     nodes = [c.graph_nodes for c in series]
     graph_grows = growing(nodes)
     # Counted on tracked steps' nodes only (graph.sequence_mark), so per tracked step, like the bytes.
@@ -132,7 +143,7 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     level = levelled_off([c.live_after for c in series])
 
     holders: list[Holder] = []
-    if spread.steady and retained_bytes > 0 and level is None or graph_grows:
+    if (spread.steady or late) and retained_bytes > 0 and level is None or graph_grows:
         verdict = Verdict.RETAINED
         holders = list(run.retained_holders)
         if graph_grows:
@@ -144,14 +155,22 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
                 if existing is None:
                     holders.append(h)
         what = []
-        if spread.steady and retained_bytes > 0:
+        tracked_word = "tracked " if run.track_every > 1 else ""
+        if late and retained_bytes > 0:
+            what.append(f"{retained_bytes:.0f} B/step survive gc.collect() since step {start} (from "
+                        f"{spread.steps_with_survivors} of the {run.tracked_between(start - 1, last_counted)} "
+                        f"{tracked_word}steps since; none before): a leak that began late in the run")
+        elif spread.steady and retained_bytes > 0:
             what.append(f"{retained_bytes:.0f} B/step survive gc.collect() (from {spread.steps_with_survivors} of {spread.measured_steps} "
-                        f"{'tracked ' if run.track_every > 1 else ''}steps)")
+                        f"{tracked_word}steps)")
         if graph_grows:
             what.append(f"the autograd graph held by live tensors grows by {node_slope:.1f} nodes/step")
         reason = "; ".join(what)
-        confidence = spread.confidence if spread.steady else round(_up_fraction(nodes), 2)
-        bytes_per_step = retained_bytes if spread.steady else max(0.0, retained_bytes)
+        if late and not spread.steady:
+            confidence = round(min(1.0, spread.steps_with_survivors / max(1, run.tracked_between(start - 1, last_counted))), 2)
+        else:
+            confidence = spread.confidence if spread.steady else round(_up_fraction(nodes), 2)
+        bytes_per_step = retained_bytes if spread.steady or late else max(0.0, retained_bytes)
     elif delayed:
         verdict = Verdict.DELAYED_FREE
         holders = list(run.reclaimed_holders)
@@ -163,6 +182,11 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
         verdict = Verdict.CLEAN
         bytes_per_step = 0.0
         reason = f"no growth after warm-up ({measured} steps measured, {len(after)} collections)"
+        rise = series[-1].live_after - series[0].live_after if series else 0
+        if rise > 0 and level is None:
+            reason = (f"live tensors after collection ended {rise:,} B above the warm-up baseline, from storages made in "
+                      f"{spread.steps_with_survivors} of {spread.measured_steps} steps: not steady growth (a one-off "
+                      "such as lazy state or a cache filled once); rerun with more --steps to see whether it grows")
         if level is not None:
             reason = (f"live tensors grew by {series[-1].live_after - series[0].live_after:,} B after warm-up, then "
                       f"stayed level from step {series[level].step} to {series[-1].step}: bounded (a cache, a buffer "

@@ -76,3 +76,20 @@ def levelled_off(values: list[int]) -> int | None:
     if len(values) < 5 or values[-1] <= values[0] or values[-1] > values[len(values) // 2]:
         return None
     return next(i for i, v in enumerate(values) if v >= values[-1])
+
+
+def leak_start(survivor_steps: set[int], first: int, last: int, tracked_since) -> int | None:
+    """The step a leak began at, when from there on nearly every measured step left survivors:
+    a leak that starts late in the run (after a schedule change, an unfreeze, a flag) has them in
+    one or two quarters only, where a one-off (lazy state, one cache fill) has them in one step.
+    `tracked_since(step)`: measured steps from `step` to `last`."""
+    inside = sorted(s for s in survivor_steps if first <= s <= last)
+    if len(inside) < 3:
+        return None
+    start = inside[0]
+    return start if len(inside) >= 0.8 * tracked_since(start) else None
+
+
+def keeps_climbing(values: list[int]) -> bool:
+    """Rose at every collection of this stretch, at least twice."""
+    return len(values) >= 3 and all(b > a for a, b in zip(values, values[1:]))

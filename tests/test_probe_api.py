@@ -240,3 +240,31 @@ def test_a_ctx_holder_points_at_the_store_in_setup_context_too():
     source = Path(__file__).read_text().splitlines()
     assert source[_ctx_store_line(_SetupContextStyle, "out") - 1].strip() == "c.out = output"
     assert _ctx_store_line(_SetupContextStyle, "never_set") == 0
+
+
+def _late(start: int, once: bool):
+    """Keeps a 2 KiB tensor each call from call `start` on (or, once, 20 of them at `start`)."""
+    kept, calls = [], [0]
+    weight = torch.randn(16, 16, requires_grad=True)
+
+    def late_step():
+        calls[0] += 1
+        loss = (torch.randn(8, 16) @ weight).pow(2).mean()
+        loss.backward()
+        if calls[0] == start or (calls[0] > start and not once):
+            kept.extend(torch.randn(512) for _ in range(20 if once else 1))
+    return late_step
+
+
+@pytest.mark.parametrize("start", [30, 50, 62])
+def test_a_leak_that_begins_late_in_the_run_is_retained_at_its_rate(start):
+    report = probe(_late(start, once=False), steps=80, track_every=1)
+    assert report.verdict is Verdict.RETAINED, report.reason
+    assert report.bytes_per_step == pytest.approx(2048)
+    assert f"since step {start}" in report.reason or start == 30  # from call 30 it covers 3 quarters: steady
+
+
+def test_one_late_fill_is_clean_and_says_what_grew():
+    report = probe(_late(60, once=True), steps=80, track_every=1)
+    assert report.verdict is Verdict.CLEAN
+    assert "not steady growth" in report.reason and "40,960 B above" in report.reason
