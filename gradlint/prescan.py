@@ -186,16 +186,18 @@ class Prescan:
                     self.tensor_uses.add(receiver)
                 if method in api.TENSOR_ARGUMENT_POSITIONS:
                     self._tensor_args(node, api.TENSOR_ARGUMENT_POSITIONS[method])
+            torch_function = (dotted(func) or "").startswith(("torch.", "F.", "th."))
             if method == "save_for_backward":
                 self._tensor_args(node, None)
-            elif (dotted(func) or "").startswith(("torch.", "F.", "th.")):
+            elif torch_function:
                 self._tensor_args(node, api.TENSOR_FUNCTION_POSITIONS.get(method, (0,)))
             if method == "backward":
                 self.backward_roots.update(_roots(func.value))
             if method in api.STEP_METHODS:
                 self.step_loops.update(id(loop) for loop in self._loops)
             if method in api.SHAPE_TAKING_METHODS:
-                self._scalar_args(node)
+                # torch.softmax(scores, dim): the function form takes the tensor first
+                self._scalar_args(node, skip=1 if torch_function else 0)
         name = dotted(func)
         if name == "setattr":
             self.stores = True
@@ -216,9 +218,10 @@ class Prescan:
             if isinstance(arg.value, cst.Name) and (positions is None or i in positions):
                 self.tensor_uses.add(arg.value.value)
 
-    def _scalar_args(self, node: cst.Call) -> None:
-        for arg in node.args:
-            if isinstance(arg.value, cst.Name) and arg.keyword is None:
+    def _scalar_args(self, node: cst.Call, skip: int = 0) -> None:
+        positional = [a for a in node.args if a.keyword is None]
+        for arg in positional[skip:]:
+            if isinstance(arg.value, cst.Name):
                 self.scalar_uses.add(arg.value.value)
 
 

@@ -485,6 +485,16 @@ class Blend(torch.autograd.Function):
     INVALID = (
         Invalid("""
 import torch
+class MaskedSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores, valid):
+        scores.masked_fill_(~valid, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        ctx.save_for_backward(probs)
+        return probs
+""", ("scores.masked_fill_(~valid, float(\"-inf\"))",)),
+        Invalid("""
+import torch
 class ScaleInplace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scale):
