@@ -253,7 +253,7 @@ class FileModel:
         self_name = init.params.params[0].name.value
         walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=module.name))
         walker = Walker(walk, init)
-        params = {p.name.value: self._param_value(p, walk.role) for p in _all_params(init)}
+        params = {p.name.value: self._param_value(p, walk.role, init) for p in _all_params(init)}
         walker.bind_params({**params, self_name: UNKNOWN})
         walker.run()
         for event in walk.of(AttributeStore):
@@ -492,13 +492,15 @@ class FileModel:
         walk.closure_names = closure
         walker = Walker(walk, function)
         if isinstance(function, cst.FunctionDef):
-            walker.bind_params({param.name.value: self._param_value(param, role) for param in _all_params(function)})
+            walker.bind_params({param.name.value: self._param_value(param, role, function)
+                                for param in _all_params(function)})
         walker.run()
         return walk
 
-    def _param_value(self, param: cst.Param, role: FunctionRole) -> Val:
+    def _param_value(self, param: cst.Param, role: FunctionRole, function: cst.FunctionDef) -> Val:
         """A plain function's parameter: a module when it is a module class's self, is annotated as
-        a module (`encoder: nn.Module`, `model: Net`) or named like one; unknown otherwise."""
+        a module (`encoder: nn.Module`, `model: Net`), is named like one, or has `.parameters()`
+        (or another method only a module has) called on it; unknown otherwise."""
         name = param.name.value
         if name == role.self_name and role.kind in ("module_forward", "module_method"):
             return Val(Kind.MODULE, module_class=role.owner_class)
@@ -507,7 +509,9 @@ class FileModel:
             return Val(Kind.MODULE, module_class=annotated)
         if annotated is not None and (annotated.rsplit(".", 1)[-1] == "Module" or api.is_nn_module_class(annotated)):
             return Val(Kind.MODULE)
-        return Val(Kind.MODULE) if looks_like_module(name) else UNKNOWN
+        if looks_like_module(name) or name in self.prescan(function).module_uses:
+            return Val(Kind.MODULE)
+        return UNKNOWN
 
     def _annotated_class(self, param: cst.Param) -> str | None:
         """The class a parameter is annotated with, through Optional[...] and `| None`."""

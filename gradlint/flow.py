@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 # A name that is almost always a module or a loss function in training code.
 _MODULE_LIKE = re.compile(
-    r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn|rnn|lstm|gru)$"
+    r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn|rnn|lstm|gru"
+    r"|generator|discriminator|teacher|student|policy|actor|critic|unet|vae)$"
+    r"|^net[A-Z]\w*$"  # netG, netD
     r"|^\w+_(model|net|encoder|decoder|backbone|rnn|lstm|gru)$"
     # the pairs of MoCo, GANs, EMA and distillation: encoder_q/encoder_k, net_g/net_d, model_ema
     r"|^(model|net|encoder|decoder|backbone)_(q|k|g|d|ema|student|teacher|online|target|momentum)$"
@@ -448,6 +450,8 @@ class Walker:
             name = target.value
             if name in self.scan.backward_roots and not self.no_grad and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
                 value = value.with_(kind=Kind.TENSOR, graph=True)
+            elif name in self.scan.module_uses and value.kind is Kind.UNKNOWN:
+                value = value.with_(kind=Kind.MODULE)  # `netG = build(cfg)`, then `netG.parameters()`
             if self.role.kind == "forward" and value.kind is Kind.UNKNOWN and name in self.scan.single_returns:
                 value = value.with_(kind=Kind.TENSOR)
             if value.binding is None:

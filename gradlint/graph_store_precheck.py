@@ -33,7 +33,7 @@ from typing import Iterator, NamedTuple
 from gradlint.file_model import is_module_base
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
-                                MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
+                                MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
                                 STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_nn_module_class, is_tensor_op)
 
 
@@ -103,6 +103,7 @@ class _Scope:
         self.attribute_loads: set[str] = set()  # `x.total` read: "total"
         self.called: list[ast.expr] = []  # each call's function
         self.calls_backward = False
+        self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on (prescan's)
         self.sites: list[_Site] = []
         self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
         self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
@@ -217,7 +218,7 @@ class _Scope:
             return True
         if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
             return True
-        if not self.loads.isdisjoint(facts.module_instances) or self.module_params(facts):
+        if not self.loads.isdisjoint(facts.module_instances) or self.module_params(facts) or self.module_uses:
             return True
         return any(facts.makes_module(callee) for callee in self.callees)
 
@@ -297,6 +298,7 @@ class _GraphValues:
 
     def __init__(self, scope: _Scope, facts: _FileFacts, own_attributes: dict[str, _Kinds] | None = None):
         self.facts = facts
+        self.module_uses = scope.module_uses
         self.self_name = scope.self_name
         if own_attributes is None:
             init = scope.init(facts)
@@ -339,7 +341,7 @@ class _GraphValues:
             held = self.held.get(e.id, _NOTHING)
             if e.id in self.facts.module_instances:
                 return held._replace(module=True, instance=True)
-            return held._replace(module=True) if _module_like(e.id) else held
+            return held._replace(module=True) if _module_like(e.id) or e.id in self.module_uses else held
         if kind is ast.Attribute:
             return self._attribute(e)
         if kind is ast.Call:
@@ -630,6 +632,8 @@ class _FileFacts:
             method = func.attr
             if method == "backward":
                 scope.calls_backward = True
+            if method in MODULE_ONLY_METHODS and isinstance(func.value, ast.Name):
+                scope.module_uses.add(func.value.id)
             if method in STEP_METHODS:
                 scope.step_loops.update(map(id, loops))
             if method in CONTAINER_STORING_METHODS:

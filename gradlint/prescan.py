@@ -81,6 +81,7 @@ class Prescan:
         # `+=`, a name bound in a loop, container methods, setattr, globals. A function with none yields no events
         # a rule asks about except returns, so ordinary walks skip it.
         self.stores = False
+        self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
@@ -181,6 +182,8 @@ class Prescan:
             if method in _STORING_METHODS:
                 self.stores = True
             receiver = func.value.value if isinstance(func.value, cst.Name) else None
+            if receiver is not None and method in api.MODULE_ONLY_METHODS:
+                self.module_uses.add(receiver)
             if receiver not in self.imported:
                 if receiver is not None and method in api.TENSOR_ONLY_METHODS:
                     self.tensor_uses.add(receiver)

@@ -229,6 +229,9 @@ SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})
 
 
 # A loop over one of these is a training or evaluation loop: one iteration is one step.
+# Methods only an nn.Module has: their receiver is a module (`optim.Adam(netG.parameters())`).
+MODULE_ONLY_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children",
+                                 "named_children", "buffers", "named_buffers"})
 TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
 # Calls that make the loop around them a training loop.
 STEP_METHODS = frozenset({"backward", "step", "zero_grad"})

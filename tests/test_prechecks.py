@@ -174,6 +174,23 @@ KEPT_ACROSS_STEPS = {
         def tap(enc: nn.Module, x):
             TAPS.append(enc(x))
     """,
+    "module_known_by_its_parameters_call": """
+        import torch
+        def train(g, loader):
+            opt = torch.optim.Adam(g.parameters())
+            samples = []
+            for z in loader:
+                opt.zero_grad()
+                g(z).mean().backward()
+                opt.step()
+                samples.append(g(z))
+    """,
+    "gan_generator_named_netG": """
+        def sample(netG, z, snapshots):
+            netG.zero_grad()
+            netG(z).sum().backward()
+            snapshots.append(netG(z))
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
