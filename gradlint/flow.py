@@ -635,6 +635,9 @@ class Walker:
                 return view(base)
             if attr in api.DETACHED_ATTRIBUTES:
                 return Val(Kind.TENSOR, int64=base.int64, reads=frozenset(reads))
+            if base.graph and not attr.startswith("_"):
+                # A model's output object (HuggingFace's `out.loss`, `out.logits`): its fields carry the graph.
+                return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
         if full is not None and self.role.self_name and full.split(".")[0] == self.role.self_name \
                 and full.count(".") == 1:
             known = self.role.self_attributes.get(attr)

@@ -396,6 +396,8 @@ class _GraphValues:
         # flow reads self.x from what __init__ put there before it asks what methods store
         if base.instance and e.attr in self.facts.method_stores and not (own and e.attr in self.own_attributes):
             found |= _Kinds(tensor=True, graph=True)
+        if base.graph and not e.attr.startswith("_") and e.attr not in DETACHED_ATTRIBUTES:
+            found |= _Kinds(tensor=True, graph=True)  # out.logits of a model output, as flow reads it
         if base.tensor and e.attr in _TENSOR_VIEW_ATTRIBUTES:
             found |= _Kinds(tensor=True, graph=base.graph or base.parameter)
         elif base.tensor and e.attr in DETACHED_ATTRIBUTES:

@@ -191,6 +191,13 @@ KEPT_ACROSS_STEPS = {
             netG(z).sum().backward()
             snapshots.append(netG(z))
     """,
+    "field_of_a_model_output_object": """
+        class Trainer:
+            def compute_loss(self, model, inputs):
+                out = model(**inputs)
+                out.loss.backward()
+                self.router_history.append(out.router_logits)
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
