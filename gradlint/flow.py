@@ -508,7 +508,17 @@ class Walker:
                     self._where(line), owner, owner_name, target.attr.value, value, augmented=True,
                     target=target))
         elif isinstance(target, cst.Subscript):
-            self.ev(target.value)
+            # `epoch_loss[0] += loss`, `self.stats[k] += loss`: the slot chains like the name would
+            # (CopySlices on a tensor buffer, a new sum in a list or dict).
+            container = target.value
+            self.ev(container)
+            if isinstance(container, cst.Name):
+                self.walk.events.append(NameStore(self._where(line), container.value, self.scope_of(container.value),
+                                                  value, augmented=True, chained=True))
+            elif isinstance(container, cst.Attribute):
+                self.walk.events.append(AttributeStore(
+                    self._where(line), self.ev(container.value), dotted(container.value) or "?",
+                    container.attr.value, value, augmented=True, target=container))
 
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
                        overwrites: bool = False) -> None:

@@ -682,6 +682,10 @@ class _FileFacts:
                 scope.sites.append(_Site(_AUGMENTED_NAME, target.id, (node.value,), loops))
             elif isinstance(target, ast.Attribute):
                 scope.sites.append(_Site(_AUGMENTED_ATTRIBUTE, target, (node.value,), loops))
+            elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):  # epoch_loss[0] += loss
+                scope.sites.append(_Site(_AUGMENTED_NAME, target.value.id, (node.value,), loops))
+            elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):  # self.stats[k] += v
+                scope.sites.append(_Site(_AUGMENTED_ATTRIBUTE, target.value, (node.value,), loops))
         self._children(node, scope, loops)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While, scope: _Scope, loops) -> None:

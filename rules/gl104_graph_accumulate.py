@@ -23,8 +23,8 @@ class GraphAccumulate(Rule):
     fix_safety = "unsafe"
     doc = """
 ## What it does
-Flags `total += loss` and `total = total + loss` where `loss` is graph-attached and `total`
-outlives the iteration: created before the training loop, a global, or an attribute. State
+Flags `total += loss` and `total = total + loss` (also into a slot: `epoch_loss[0] += loss`,
+`self.stats["loss"] += loss`) where `loss` is graph-attached and `total` outlives the iteration: created before the training loop, a global, or an attribute. State
 carried between steps and updated from itself (`out, hidden = model(x, hidden)` with no
 `.detach()`) chains the graphs the same way and is reported too, unless the same pass detaches
 it first (`hidden = hidden.detach()` before the call) or last (`hidden = repackage(hidden)` after
@@ -164,6 +164,29 @@ def evaluate(model, loader):
     for x, y in loader:
         total_nll = total_nll + criterion(model(x), y).detach()
     return total_nll.item() / len(loader)
+"""),
+        Invalid("""
+import torch
+def train_epoch(model, loader, optimizer):
+    epoch_loss = torch.zeros(2)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        epoch_loss[0] += loss
+        epoch_loss[1] += len(x)
+    return epoch_loss
+""", ("epoch_loss[0] += loss",), fixed="""
+import torch
+def train_epoch(model, loader, optimizer):
+    epoch_loss = torch.zeros(2)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        epoch_loss[0] += loss.item()
+        epoch_loss[1] += len(x)
+    return epoch_loss
 """),
         Invalid("""
 def train(lstm, optimizer, loader, h, c):
