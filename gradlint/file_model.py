@@ -298,6 +298,9 @@ class FileModel:
                 seen.add(id(found))
                 yield function, found
 
+    def function_class(self, name: str) -> AutogradFunction | None:
+        return next((f for f in self.function_classes if f.name == name), None)
+
     def function_class_call(self, call: cst.Call, method: str) -> str | None:
         """`MyFn` when `call` is `MyFn.<method>(...)` on an autograd Function class of this file."""
         func = call.func

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -12,36 +13,40 @@ from gradlint.prescan import child_nodes
 from gradlint.rule import Hit, Invalid, Rule
 
 _CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.GeneratorExp, cst.DictComp)
+# Integer index tensors need no gradient: a container of them loses nothing (kernel maps, masks).
+_INDEX_LIKE = re.compile(r"(^|_)(idx|index|indices|ids|mask|masks|counts?|offsets?|ptr|kmap)(_|$)")
 _LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 
 
-def _never_tensor(node: cst.BaseExpression) -> bool:
-    """A literal, True/False/None, a name used for sizes and options (`stride`, `kernel_size`), or
-    a display of those: `(3, 3, 3)` and `{"mode": "sum"}` hold no tensor autograd could miss."""
+def _never_tensor(node: cst.BaseExpression, indexes: bool = False) -> bool:
+    """A literal, True/False/None, a name used for sizes and options (`stride`, `kernel_size`), with
+    `indexes` also a name of index tensors (`in_idx`, `mask`, `counts`), or a display of those:
+    `(3, 3, 3)`, `{"mode": "sum"}`, `(in_idx, out_idx)` hold nothing autograd must differentiate."""
     if isinstance(node, _LITERALS):
         return True
     if isinstance(node, cst.Name):
-        return node.value in ("True", "False", "None") or looks_like_scalar(node.value)
+        return node.value in ("True", "False", "None") or looks_like_scalar(node.value) \
+            or (indexes and bool(_INDEX_LIKE.search(node.value)))
     if isinstance(node, cst.UnaryOperation):
-        return _never_tensor(node.expression)
+        return _never_tensor(node.expression, indexes)
     if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
-        return all(not isinstance(e, cst.StarredElement) and _never_tensor(e.value) for e in node.elements)
+        return all(not isinstance(e, cst.StarredElement) and _never_tensor(e.value, indexes) for e in node.elements)
     if isinstance(node, cst.Dict):
-        return all(isinstance(e, cst.DictElement) and _never_tensor(e.value) for e in node.elements)
+        return all(isinstance(e, cst.DictElement) and _never_tensor(e.value, indexes) for e in node.elements)
     if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
-        return _never_tensor(node.elt)
+        return _never_tensor(node.elt, indexes)
     if isinstance(node, cst.DictComp):
-        return _never_tensor(node.value)
+        return _never_tensor(node.value, indexes)
     return False
 
 
-def _may_hold_tensors(node: cst.BaseExpression) -> bool:
-    return isinstance(node, _CONTAINERS) and not _never_tensor(node)
+def _may_hold_tensors(node: cst.BaseExpression, indexes: bool = False) -> bool:
+    return isinstance(node, _CONTAINERS) and not _never_tensor(node, indexes)
 
 
 def container_names(function: cst.FunctionDef | None, module: cst.Module) -> set[str]:
     """Names every assignment of which (in the function, or at module level) is a container display
-    that may hold a tensor."""
+    that may hold a tensor to differentiate."""
     containers: set[str] = set()
     others: set[str] = set()
     stack: list[cst.CSTNode] = [function.body if function is not None else module]
@@ -52,7 +57,7 @@ def container_names(function: cst.FunctionDef | None, module: cst.Module) -> set
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
-                    (containers if _may_hold_tensors(node.value) else others).add(target.target.value)
+                    (containers if _may_hold_tensors(node.value, indexes=True) else others).add(target.target.value)
         stack.extend(child_nodes(node))
     return containers - others
 
@@ -69,8 +74,9 @@ Flags `MyFn.apply(...)` (MyFn an autograd Function defined in the same file) wit
 or dict argument, written in place (`MyFn.apply([x, y])`) or bound to a name in the same function
 (`xs = [x, y]; MyFn.apply(xs)`). A call that also unpacks arguments (`MyFn.apply(group, bufs,
 *grads)`) is taken to pass its tensors that way and is not reported, and so is a display that can
-hold no tensor: literals, True/False/None and names used for sizes and options (`(3, 3, 3)`,
-`(kernel_size, stride)`, `{"mode": "sum"}`).
+hold nothing to differentiate: literals, True/False/None, names used for sizes and options, and
+names of index tensors (`(3, 3, 3)`, `(kernel_size, stride)`, `{"mode": "sum"}`,
+`(in_idx, out_idx, counts)`).
 
 ## Why is this bad?
 Measured on torch 2.13: autograd only tracks tensors passed as arguments themselves. Tensors inside
@@ -106,8 +112,9 @@ class VoxelConv(torch.autograd.Function):
         return feats @ weight
 def conv(feats, weight, stride):
     window = (3, 3, 3)
+    kmap = (in_idx, out_idx, counts)
     return VoxelConv.apply(feats, weight, (3, 3, 3), {"mode": "sum", "stride": stride}) + \
-        VoxelConv.apply(feats, weight, window, [1, -1])
+        VoxelConv.apply(feats, weight, window, [1, -1]) + VoxelConv.apply(feats, weight, kmap, None)
 """,
     )
     INVALID = (
@@ -139,11 +146,16 @@ def run(a, b):
             if key not in containers_by_function:
                 containers_by_function[key] = container_names(site.function, model.module)
             containers = containers_by_function[key]
+            # A container of index tensors is fine as one argument of a forward that takes it as
+            # one; with fewer arguments than forward's inputs it was meant to be unpacked.
+            function = model.function_class(name)
+            inputs = function.forward_inputs if function is not None else None
+            short = inputs is not None and len(site.call.args) < len(inputs)
             for arg in site.call.args:
                 if arg.star or arg.keyword is not None:
                     continue
                 value = arg.value
-                if _may_hold_tensors(value) or (isinstance(value, cst.Name) and value.value in containers):
+                if _may_hold_tensors(value, indexes=not short) or (isinstance(value, cst.Name) and value.value in containers):
                     yield Hit(site.call, (
                         f"{name}.apply gets tensors inside a container: autograd does not see them, so the "
                         "output does not require grad and no gradient reaches them (no error, measured torch "
