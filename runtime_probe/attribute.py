@@ -8,6 +8,7 @@ named root when one exists.
 
 from __future__ import annotations
 
+import ast
 import functools
 import gc
 import inspect
@@ -15,6 +16,7 @@ import os
 import re
 import sys
 import sysconfig
+import textwrap
 import types
 from dataclasses import dataclass, field
 
@@ -28,7 +30,7 @@ _NOT_INSTANCES = (type, types.ModuleType, types.FunctionType, types.MethodType, 
 
 @dataclass
 class Holder:
-    kind: str  # "ctx", "attribute", "global", "local", "graph", "unknown"
+    kind: str  # "ctx", "attribute", "class attribute", "global", "local", "closure", "cache", "graph", "unknown"
     subject: str  # as the static findings name it: "KNNScatter.ctx.out", "PointEncoder.activations", "HISTORY"
     file: str = ""
     line: int = 0
@@ -83,6 +85,14 @@ class _Node:
     obj: object
     targets: list[int]  # the targets this object is on the way up from (a list holds many)
     attr: str | None  # the nearest dict key on the way up
+    cell: object = None  # the nearest closure cell on the way up: names the function's free variable
+    via_key: bool = False  # came up as a dict key, not a value: see find_holders
+
+    @property
+    def key(self) -> tuple:
+        # Two ways up through one object are kept apart when they would be named differently:
+        # merged, an instance's second attribute would be named (and charged) as its first.
+        return id(self.obj), self.attr, id(self.cell), self.via_key
 
 
 def _holder_for_owner(owner, attr: str) -> Holder | None:
@@ -98,11 +108,25 @@ def _holder_for_owner(owner, attr: str) -> Holder | None:
                       f"ctx attribute of {type(owner).__name__} -> Function {name}, forward at {display_path(file)}:{line}")
     if isinstance(owner, (type, types.ModuleType)):
         return None
+    return _instance_attribute(owner, attr, "module attribute" if isinstance(owner, torch.nn.Module) else "attribute")
+
+
+def _instance_attribute(owner, attr: str, kind: str) -> Holder:
     cls = type(owner)
     file, line = _source_line(cls)
-    kind = "module attribute" if isinstance(owner, torch.nn.Module) else "attribute"
-    return Holder("attribute", f"{cls.__name__}.{attr}", file, line, f"{kind} {attr!r} of a {cls.__name__}",
-                  aliases=[f"{name}.{attr}" for name in _global_names_of(owner)])
+    bindings = _global_bindings(owner)
+    aliases = [f"{name}.{attr}" for _, name in bindings]
+    if not file or _is_user_file(file):
+        return Holder("attribute", f"{cls.__name__}.{attr}", file, line, f"{kind} {attr!r} of a {cls.__name__}",
+                      aliases=aliases)
+    # An instance of a library class (an optimizer, a torch module): the user knows it by their
+    # own global, at the line that binds it; the class's file is not theirs to change.
+    qualified = f"{cls.__module__}.{cls.__qualname__}"
+    if not bindings:
+        return Holder("attribute", f"{cls.__name__}.{attr}", "", 0, f"{kind} {attr!r} of a {qualified}")
+    module, name = bindings[0]
+    return Holder("attribute", aliases[0], module.__file__, _global_line(module, name),
+                  f"{kind} {attr!r} of {qualified} (the global {name!r})", aliases=aliases[1:])
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,22 +146,28 @@ def _is_user_file(file: str) -> bool:
 
 
 def _global_names_of(owner) -> list[str]:
-    """Module-level names bound to `owner` in the user's modules, in import order.
+    """Module-level names bound to `owner` in the user's modules, in import order."""
+    return [name for _, name in _global_bindings(owner)]
+
+
+def _global_bindings(owner) -> list[tuple[types.ModuleType, str]]:
+    """(module, name) of each module-level name bound to `owner` in the user's modules, in
+    import order, each name once.
 
     Only the user's modules: the static check reads only the user's files, and leaving out the
     standard library and installed packages (torch alone is over a thousand modules) keeps the
     scan to the few modules a training script imports from its own tree.
     """
-    names: list[str] = []
+    bindings: list[tuple[types.ModuleType, str]] = []
     for module in list(sys.modules.values()):
         # The dict, not getattr: a module-level __getattr__ (lazy submodules) would run for a missing name.
         file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
         if not isinstance(file, str) or not _is_user_file(file):
             continue
         for name, value in list(vars(module).items()):
-            if value is owner and not name.startswith("__") and name not in names:
-                names.append(name)
-    return names
+            if value is owner and not name.startswith("__") and all(name != seen for _, seen in bindings):
+                bindings.append((module, name))
+    return bindings
 
 
 def _ctx_store_line(fn_cls: type, attr: str) -> int:
@@ -159,68 +189,112 @@ def _ctx_store_line(fn_cls: type, attr: str) -> int:
 
 
 def find_holders(targets: list, max_depth: int = 7) -> list[Holder | None]:
-    """One Holder (or None) per target object."""
+    """One Holder (or None) per target object.
+
+    A target reached as a dict key (a parameter keying an optimizer's state) is named that way
+    only when no path through values names it: the key is how a library finds its own state,
+    the value is where the user put the object (`opt.param_groups` for a parameter group).
+    """
     module_dicts = {id(m.__dict__): m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)}
     resolved: dict[int, Holder] = {}
-    frontier: dict[int, _Node] = {id(t): _Node(t, [i], None) for i, t in enumerate(targets)}
-    ignore: set[int] = {id(targets), id(resolved), id(frontier)}
-    seen: set[int] = set(frontier)
+    by_key: dict[int, Holder] = {}
+    walked: dict[tuple, set[int]] = {}
+    trail: list[_Node] = []  # every node made: keeps its object, so no id in `walked` is reused
+    frontier: dict[int, list[_Node]] = {}
+    for i, t in enumerate(targets):
+        _climb(frontier, walked, trail, _Node(t, [], None), [i])
+    ignore: set[int] = {id(targets), id(resolved), id(by_key), id(trail)}
     for _ in range(max_depth):
         if not frontier or len(resolved) == len(targets):
             break
-        ignore.update(id(n) for n in frontier.values())
         ignore.add(id(frontier))
-        objs = [n.obj for n in frontier.values()]
+        objs = [nodes[0].obj for nodes in frontier.values()]
         ignore.add(id(objs))
         referrers = gc.get_referrers(*objs)
         ignore.add(id(referrers))
         del objs
-        nxt: dict[int, _Node] = {}
+        nxt: dict[int, list[_Node]] = {}
         for r in referrers:
-            if id(r) in ignore:
-                continue
-            if isinstance(r, types.FrameType) and r.f_code.co_filename.startswith(_PROBE_DIR):
-                continue
-            # The walk's own nodes: one made for an already-seen referrer is dropped from the
-            # frontier but still holds its object, and an instance's attributes are now named.
-            if isinstance(r, _Node):
+            if id(r) in ignore or _is_probe_own(r):
                 continue
             for child in gc.get_referents(r):
-                node = frontier.get(id(child))
-                if node is None or all(t in resolved for t in node.targets):
-                    continue
-                holder, up = _classify(r, child, node, module_dicts)
-                if holder is not None:
-                    for target in node.targets:
-                        resolved.setdefault(target, holder)
-                elif up is not None and id(r) in nxt:
-                    # A second item of the same container: it is named with the first.
-                    nxt[id(r)].targets.extend(node.targets)
-                elif up is not None and id(r) not in seen:
-                    seen.add(id(r))
-                    nxt[id(r)] = up
+                for node in frontier.get(id(child), ()):
+                    pending = [t for t in node.targets if t not in resolved]
+                    if not pending:
+                        continue
+                    holder, up = _classify(r, child, node, module_dicts)
+                    if holder is not None:
+                        for target in pending:
+                            (by_key if node.via_key else resolved).setdefault(target, holder)
+                    elif up is not None:
+                        _climb(nxt, walked, trail, up, pending)
         del referrers
         frontier = nxt
-    return [resolved.get(i) for i in range(len(targets))]
+    return [resolved.get(i) or by_key.get(i) for i in range(len(targets))]
+
+
+def _climb(level: dict[int, list[_Node]], walked: dict[tuple, set[int]], trail: list[_Node],
+           node: _Node, targets: list[int]) -> None:
+    """Put `node` on `level` for those of `targets` not yet walked through it.
+
+    Walked per target, not per object: an object first reached from one target (an optimizer's
+    state dict, from a parameter) is still the way up for another that reaches it a level later
+    (that parameter's exp_avg); dropping it as already seen left the second unnamed.
+    """
+    done = walked.setdefault(node.key, set())
+    new = [t for t in targets if t not in done]
+    if not new:
+        return
+    done.update(new)
+    same = next((n for n in level.get(id(node.obj), ()) if n.key == node.key), None)
+    if same is not None:
+        same.targets.extend(new)  # another item of the same container, named the same way
+        return
+    node.targets = new
+    trail.append(node)
+    level.setdefault(id(node.obj), []).append(node)
+
+
+def _is_probe_own(r) -> bool:
+    """The probe's own frames and generators, and the walk's own nodes (one made for an
+    already-walked referrer is dropped from the frontier but still holds its object)."""
+    if isinstance(r, _Node):
+        return True
+    code = r.f_code if isinstance(r, types.FrameType) else _suspended_code(r)
+    return code is not None and code.co_filename.startswith(_PROBE_DIR)
+
+
+# What owns a frame that outlives its call, with the prefix of its gi_frame / cr_frame / ag_frame.
+_SUSPENDED_PREFIX = {types.GeneratorType: "gi_", types.CoroutineType: "cr_", types.AsyncGeneratorType: "ag_"}
+_SUSPENDABLE = tuple(_SUSPENDED_PREFIX)
+_LRU_WRAPPER = getattr(functools, "_lru_cache_wrapper", None)  # the C wrapper; None where only the Python one exists
+_ABSENT = object()
+
+
+def _suspended_code(r):
+    prefix = _SUSPENDED_PREFIX.get(type(r))
+    return getattr(r, prefix + "code", None) if prefix else None
+
+
+def _suspended_frame(r):
+    prefix = _SUSPENDED_PREFIX.get(type(r))
+    return getattr(r, prefix + "frame", None) if prefix else None
 
 
 def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node | None]:
     if isinstance(r, dict):
-        key = next((k for k, v in r.items() if v is child), None)
-        if not isinstance(key, str):
-            key = node.attr
-        module = module_dicts.get(id(r))
-        if module is not None:
-            if key is None or key.startswith("__"):
-                return None, None
-            file = getattr(module, "__file__", "") or ""
-            return Holder("global", key, file, _global_line(module, key),
-                          f"module-level {type(child).__name__} {key!r} in {module.__name__}"), None
-        return None, _Node(r, list(node.targets), key)
+        return _through_dict(r, child, node, module_dicts)
     if isinstance(r, types.FrameType):
-        name = next((k for k, v in r.f_locals.items() if v is child), node.attr or "?")
-        return Holder("local", name, r.f_code.co_filename, r.f_lineno,
-                      f"local {name!r} of {r.f_code.co_name}() (a frame still running)"), None
+        return _local_holder(r, child, node, owner=None), None
+    if isinstance(r, _SUSPENDABLE):
+        # Since 3.11 a suspended generator keeps its locals itself: the generator, not a frame,
+        # is their referrer.
+        frame = _suspended_frame(r)
+        return (_local_holder(frame, child, node, owner=r) if frame is not None else None), None
+    if isinstance(r, type):
+        return _class_attribute(r, child, node), None
+    if _LRU_WRAPPER is not None and isinstance(r, _LRU_WRAPPER) and _is_lru_cache(r, child):
+        return _lru_cache_holder(r), None
     if getattr(r, "__dict__", None) is child and node.attr:
         holder = _holder_for_owner(r, node.attr)
         if holder is not None:
@@ -233,11 +307,127 @@ def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node
     for registry in ("_buffers", "_parameters", "_modules"):
         if getattr(r, registry, None) is child and node.attr:
             return _holder_for_owner(r, node.attr), None
-    if isinstance(r, _CONTAINERS) or type(r).__name__ in ("deque", "cell", "OrderedDict"):
-        return None, _Node(r, list(node.targets), node.attr)
-    if isinstance(r, (types.FunctionType, types.ModuleType, type)):
-        return None, None
+    if isinstance(r, types.FunctionType):
+        return _closure_holder(r, child, node), None
+    if isinstance(r, types.CellType):
+        return None, _Node(r, [], node.attr, r, node.via_key)
+    if isinstance(r, _CONTAINERS) or type(r).__name__ in ("deque", "OrderedDict"):
+        return None, _Node(r, [], node.attr, node.cell, node.via_key)
     return None, None
+
+
+def _through_dict(r: dict, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node | None]:
+    # dict's own methods: a subclass's items() or __iter__ would run user code mid-walk.
+    key = next((k for k, v in dict.items(r) if v is child), _ABSENT)
+    as_key = key is _ABSENT and any(k is child for k in dict.keys(r))
+    if not isinstance(key, str):
+        key = node.attr
+    module = module_dicts.get(id(r))
+    if module is not None:
+        if key is None or key.startswith("__"):
+            return None, None
+        file = getattr(module, "__file__", "") or ""
+        return Holder("global", key, file, _global_line(module, key),
+                      f"module-level {type(child).__name__} {key!r} in {module.__name__}"), None
+    return None, _Node(r, [], key, node.cell, node.via_key or as_key)
+
+
+def _local_holder(frame: types.FrameType, child, node: _Node, owner) -> Holder:
+    """A local of a running frame, or of a suspended generator or coroutine (`owner`)."""
+    # A local that an inner function captured is held through its cell; f_locals shows the contents.
+    held = _cell_contents(child) if isinstance(child, types.CellType) else child
+    name = next((k for k, v in frame.f_locals.items() if v is held), node.attr or "?")
+    code = frame.f_code
+    if owner is None:
+        return Holder("local", name, code.co_filename, frame.f_lineno,
+                      f"local {name!r} of {code.co_name}() (a frame still running)")
+    what = {types.GeneratorType: "generator", types.CoroutineType: "coroutine"}.get(type(owner), "async generator")
+    bound = _global_names_of(owner)
+    through = f" (the global {bound[0]!r})" if bound else ""
+    # Where the local is made: the line it waits at says only where the loop yields.
+    line = _assigned_line(code, name) or frame.f_lineno
+    return Holder("local", name, code.co_filename, line,
+                  f"local {name!r} of {getattr(code, 'co_qualname', code.co_name)}(), "
+                  f"a {what} suspended at line {frame.f_lineno}{through}")
+
+
+def _cell_contents(cell: types.CellType):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet filled
+        return _ABSENT
+
+
+def _class_attribute(cls: type, child, node: _Node) -> Holder | None:
+    """A class attribute (`debug_outputs = []` in the class body, appended through `self`).
+
+    The class's namespace dict is reachable only through gc (vars() gives a read-only view of
+    it), so it is recognised by holding the same value under the attribute the walk came up by.
+    """
+    if not node.attr or not isinstance(child, dict):
+        return None
+    value = dict.get(child, node.attr, _ABSENT)
+    if value is _ABSENT or vars(cls).get(node.attr, _ABSENT) is not value:
+        return None
+    file, line = _source_line(cls)
+    return Holder("class attribute", f"{cls.__name__}.{node.attr}", file, _assigned_line(cls, node.attr) or line,
+                  f"class attribute {node.attr!r} of {cls.__name__}, shared by every instance")
+
+
+def _closure_holder(function: types.FunctionType, child, node: _Node) -> Holder | None:
+    """A free variable of a closure (`buffer` of a `log` that make_logger returned)."""
+    closure = function.__closure__
+    if node.cell is None or child is not closure:
+        return None
+    index = next((i for i, cell in enumerate(closure) if cell is node.cell), None)
+    if index is None:
+        return None
+    variable = function.__code__.co_freevars[index]
+    bound = _global_names_of(function)
+    file, line = _source_line(function)
+    through = f" (the global {bound[0]!r})" if bound else ""
+    return Holder("closure", f"{bound[0] if bound else function.__qualname__}.<closure {variable}>", file, line,
+                  f"closure variable {variable!r} of {function.__qualname__}{through}")
+
+
+def _lru_cache_holder(wrapper) -> Holder:
+    """The cache of a functools.lru_cache function: the C wrapper keeps it in a field with no
+    attribute, so the cache dict is the wrapper's referent that is not its __dict__."""
+    function = getattr(wrapper, "__wrapped__", wrapper)
+    name = getattr(function, "__qualname__", None) or getattr(wrapper, "__qualname__", "?")
+    try:
+        maxsize = wrapper.cache_parameters()["maxsize"]
+    except (AttributeError, KeyError, TypeError):
+        maxsize = _ABSENT
+    bound = ("maxsize=None: it grows without bound" if maxsize is None
+             else f"maxsize={maxsize}" if maxsize is not _ABSENT else "")
+    file, line = _source_line(wrapper)
+    return Holder("cache", f"{name}.<lru_cache>", file, line,
+                  f"functools.lru_cache cache of {name}()" + (f" ({bound})" if bound else ""))
+
+
+def _is_lru_cache(wrapper, child) -> bool:
+    # Its other referents: its __dict__ (functools.wraps' attributes) and the wrapped function.
+    return child is not getattr(wrapper, "__dict__", None) and not callable(child)
+
+
+def _assigned_line(obj, name: str) -> int:
+    """The first line where `obj`'s source binds `name` by assignment (a class: in its own body;
+    a function or code object: anywhere in it), or 0."""
+    try:
+        lines, start = inspect.getsourcelines(obj)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (TypeError, OSError, SyntaxError, IndentationError):
+        return 0
+    scope = tree.body[0] if tree.body else None
+    if scope is None:
+        return 0
+    statements = scope.body if isinstance(scope, ast.ClassDef) else ast.walk(scope)
+    found = [target.lineno for statement in statements
+             if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+             for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+             if isinstance(target, ast.Name) and target.id == name]
+    return start + min(found) - 1 if found else 0
 
 
 def _attribute_holding(obj, child) -> str | None:

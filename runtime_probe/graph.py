@@ -74,7 +74,9 @@ def saved_tensors(root, seen: set[int]) -> Iterator:
     (shared across roots, so a node is read once): what a branch backward never ran keeps.
 
     Built-in nodes expose each saved input or output as a `_saved_*` attribute; a custom
-    Function's node as `saved_tensors`. Reading one after backward freed it raises: skipped.
+    Function's node as `saved_tensors`; AccumulateGrad its leaf as `variable` (a leaf made in the
+    step, `interp` of a gradient penalty, is kept with its .grad by a graph that is kept). Reading
+    one after backward freed it raises: skipped.
     """
     stack = [getattr(root, "grad_fn", None)]
     keep = []  # hold the node wrappers while walking so ids stay unique
@@ -92,6 +94,11 @@ def saved_tensors(root, seen: set[int]) -> Iterator:
             for item in value if isinstance(value, (tuple, list)) else (value,):
                 if hasattr(item, "untyped_storage"):  # also saved: sizes, scalars, None
                     yield item
+        leaf = getattr(node, "variable", None)  # AccumulateGrad keeps its leaf, and so the leaf's .grad
+        if leaf is not None:
+            yield leaf
+            if leaf.grad is not None:
+                yield leaf.grad
         stack.extend(child for child, _ in getattr(node, "next_functions", ()))
 
 

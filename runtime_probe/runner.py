@@ -166,7 +166,10 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
             run.survivor_steps = {r.step for r in survivors}
             run.survivor_bytes = sum(r.nbytes for r in survivors)
             if attribute:
-                roots = graph.graph_roots(tracker.live_tensors())
+                # Only roots whose graph reaches back before the last two steps: the latest step's
+                # own `loss` and `logits` are no holders of what grew, a `total_loss` chain is.
+                roots = [t for t in graph.graph_roots(tracker.live_tensors())
+                         if graph.reachable_nodes([t], run.node_ranges[:-2])]
                 named_roots = [(t, h) for t, h in zip(roots, find_holders(roots) if roots else []) if h is not None]
                 del roots
                 run.retained_holders = _attribute(tracker, survivors, run, named_roots)

@@ -1,5 +1,7 @@
 """Tensors kept on plain Python objects (a logger, a slotted record): the probe names their holder
-as `Class.attribute`, once, and the cross-check joins it to the static finding on `variable.attribute`."""
+as `Class.attribute`, once, and the cross-check joins it to the static finding on `variable.attribute`.
+Then holders reached some other way: two attributes of one object, a class attribute, a closure,
+a suspended generator, an lru_cache, an optimizer (probe_targets/holder_cases.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradlint.runtime_probe import Verdict, probe
+from gradlint.runtime_probe.attribute import find_holders
 from gradlint.runtime_probe.crosscheck import (
     CONFIRMED,
     RUNTIME_ONLY,
@@ -92,3 +95,114 @@ def test_a_loss_stored_through_a_helper_is_a_runtime_only_gap_in_the_rules():
     assert row.agreement == RUNTIME_ONLY and row.static == "-"
     assert "gap" in row.note
 
+
+
+# Holders the walk has to tell apart or reach through an unusual referrer (holder_cases.py).
+
+CASES = Path(__file__).parent / "probe_targets" / "holder_cases.py"
+
+
+def case(name: str):
+    return load_target(f"{CASES}:{name}").step
+
+
+def case_line(text: str) -> int:
+    return next(n for n, line in enumerate(CASES.read_text().splitlines(), 1) if text in line)
+
+
+def by_subject(report) -> dict:
+    return {h.subject: h for h in report.holders}
+
+
+def test_two_outputs_kept_on_ctx_are_two_holders_with_their_own_bytes_and_lines():
+    report = probe(case("ctx_two_outputs"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    holders = by_subject(report)
+    assert set(holders) == {"TwoOutputs.ctx.probs", "TwoOutputs.ctx.lse"}
+    probs, lse = holders["TwoOutputs.ctx.probs"], holders["TwoOutputs.ctx.lse"]
+    assert probs.bytes_per_step == pytest.approx(256.0) and lse.bytes_per_step == pytest.approx(16.0)
+    assert probs.line == case_line("ctx.probs = probs") and lse.line == case_line("ctx.lse = lse")
+    assert [site.split(" ")[0] for site in lse.created_at] == [f"{shown(CASES)}:{case_line('lse = torch.logsumexp')}"]
+
+
+def test_two_lists_of_one_module_are_two_holders():
+    report = probe(case("module_two_lists"), steps=40)
+    holders = by_subject(report)
+    assert set(holders) == {"Recorder.inputs_seen", "Recorder.feats"}
+    assert holders["Recorder.inputs_seen"].bytes_per_step == pytest.approx(128.0)
+    assert holders["Recorder.feats"].bytes_per_step == pytest.approx(256.0)
+    assert holders["Recorder.feats"].aliases == ["recorder.feats"]
+
+
+def test_two_lists_of_an_object_whose_dict_was_read_are_two_holders():
+    report = probe(case("object_two_lists"), steps=40)
+    holders = by_subject(report)
+    assert set(holders) == {"Log.inputs", "Log.outputs"}
+    assert holders["Log.inputs"].bytes_per_step == pytest.approx(256.0)
+    assert holders["Log.outputs"].bytes_per_step == pytest.approx(16.0)
+
+
+def test_sibling_attributes_found_in_one_walk_keep_their_own_names():
+    class Pair:
+        def __init__(self):
+            self.a, self.b = [torch.ones(2)], [torch.ones(3)]
+
+    pair = Pair()
+    vars(pair)
+    a, b = find_holders([pair.a[0], pair.b[0]])
+    assert (a.subject, b.subject) == ("Pair.a", "Pair.b")
+
+
+def test_a_class_attribute_list_is_named_by_its_class():
+    report = probe(case("class_attribute_list"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders
+    assert holder.subject == "Block.debug_outputs" and holder.kind == "class attribute"
+    assert holder.bytes_per_step == pytest.approx(128.0)
+    assert Path(holder.file).samefile(CASES) and holder.line == case_line("debug_outputs = []")
+
+
+def test_a_list_a_closure_captured_is_named_by_the_global_function_and_the_variable():
+    report = probe(case("closure_list"), steps=40)
+    (holder,) = report.holders
+    assert holder.subject == "log_tensor.<closure buffer>" and holder.kind == "closure"
+    assert "make_logger.<locals>.log" in holder.detail
+    assert Path(holder.file).samefile(CASES) and holder.line == case_line("def log(t)")
+
+
+def test_a_local_list_of_a_suspended_generator_is_named_as_its_local():
+    report = probe(case("generator_local"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders
+    assert holder.subject == "history" and holder.kind == "local"
+    assert "train_loop()" in holder.detail and "generator suspended" in holder.detail and "'trainer'" in holder.detail
+    assert holder.line == case_line("history = []")
+
+
+def test_an_lru_cache_keeping_tensor_arguments_and_results_is_named_by_its_function():
+    report = probe(case("lru_cached"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders
+    assert holder.subject == "augment.<lru_cache>" and holder.kind == "cache"
+    assert "maxsize=None" in holder.detail and holder.bytes_per_step == pytest.approx(256.0)
+    assert holder.line == case_line("def augment(x)") and len(holder.created_at) == 2
+
+
+def test_a_parameter_group_added_each_step_is_named_by_the_users_optimizer_not_torch():
+    report = probe(case("param_group_each_step"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    holders = by_subject(report)
+    assert set(holders) == {"prompt_opt.param_groups", "prompt_opt.state"}
+    assert holders["prompt_opt.param_groups"].bytes_per_step == pytest.approx(64.0)
+    assert holders["prompt_opt.state"].bytes_per_step == pytest.approx(132.0)  # exp_avg, exp_avg_sq, step
+    for holder in holders.values():
+        assert Path(holder.file).samefile(CASES) and holder.line == case_line("prompt_opt = torch.optim.Adam")
+
+
+def test_optimizer_state_without_a_global_points_into_no_library_file():
+    param = torch.zeros(3, requires_grad=True)
+    opt = torch.optim.Adam([param])
+    param.grad = torch.ones(3)
+    opt.step()
+    (holder,) = find_holders([opt.state[param]["exp_avg"]])
+    assert holder.subject == "Adam.state" and holder.file == "" and "torch.optim.adam.Adam" in holder.detail

@@ -1,0 +1,136 @@
+"""Training steps whose leaks sit where the holder walk needs more than one plain attribute: two
+leaking attributes of one object, a class attribute, a closure's variable, a suspended
+generator's local, an lru_cache, an optimizer's parameter groups. One set-up at import, one step
+per function; each leak has its own size so a test can tell the holders' bytes apart."""
+
+import functools
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class TwoOutputs(torch.autograd.Function):
+    """Both outputs kept on ctx: a cycle gc.collect() does not free (two outputs, not one)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        lse = torch.logsumexp(x, dim=1)
+        probs = torch.exp(x - lse.unsqueeze(1))
+        ctx.probs = probs
+        ctx.lse = lse
+        return probs, lse
+
+    @staticmethod
+    def backward(ctx, g_probs, g_lse):
+        p = ctx.probs
+        return p * (g_probs - (g_probs * p).sum(1, keepdim=True)) + g_lse.unsqueeze(1) * p
+
+
+class Recorder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.inputs_seen = []
+        self.feats = []
+
+    def forward(self, x):
+        self.inputs_seen.append(x)
+        h = self.fc(x)
+        self.feats.append(h.detach())
+        return h
+
+
+class Log:
+    def __init__(self):
+        self.inputs = []
+        self.outputs = []
+
+
+class Block(nn.Module):
+    debug_outputs = []  # noqa: RUF012 - the leak under test: one list shared by every instance
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        out = x + torch.relu(self.fc(x))
+        self.debug_outputs.append(out.detach())
+        return out
+
+
+def make_logger():
+    buffer = []
+
+    def log(t):
+        buffer.append(t)
+        return len(buffer)
+
+    return log
+
+
+def train_loop():
+    history = []
+    while True:
+        x = torch.randn(4, 8)
+        history.append(x * 2)
+        yield len(history)
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - spelled out: the report names the maxsize
+def augment(x):
+    return x + 0.01 * torch.randn_like(x)
+
+
+lin = nn.Linear(8, 16)
+recorder = Recorder()
+log = Log()
+vars(log)  # what copy, pickle or a debugger do: the instance's attributes now live in a dict
+block = Block()
+log_tensor = make_logger()
+trainer = train_loop()
+backbone = nn.Linear(8, 4)
+prompt_opt = torch.optim.Adam(backbone.parameters(), lr=1e-3)
+
+
+def ctx_two_outputs():
+    probs, lse = TwoOutputs.apply(lin(torch.randn(4, 8)))  # probs 256 B, lse 16 B
+    (probs.sum() + lse.sum()).backward()
+
+
+def module_two_lists():
+    with torch.no_grad():
+        recorder(torch.randn(4, 8))  # inputs_seen 128 B, feats 256 B
+
+
+def object_two_lists():
+    x = torch.randn(64)  # 256 B
+    log.inputs.append(x)
+    log.outputs.append(x.sum().reshape(1).repeat(4))  # 16 B
+
+
+def class_attribute_list():
+    block(torch.randn(4, 8))  # 128 B
+
+
+def closure_list():
+    log_tensor(torch.randn(16))  # 64 B
+
+
+def generator_local():
+    next(trainer)  # 128 B
+
+
+def lru_cached():
+    augment(torch.randn(4, 8))  # the argument and the result: 128 B each
+
+
+def param_group_each_step():
+    prompt = torch.randn(2, 8, requires_grad=True)  # 64 B
+    prompt_opt.add_param_group({"params": [prompt]})
+    loss = backbone(torch.cat([prompt, torch.randn(4, 8)])).pow(2).mean()
+    prompt_opt.zero_grad()
+    loss.backward()
+    prompt_opt.step()  # the new parameter's exp_avg and exp_avg_sq (64 B each) and step (4 B)
