@@ -831,6 +831,11 @@ class Walker:
             if name.startswith("torch.nn.init."):
                 return SCALAR
             return None
+        if name in ("torch.autograd.grad", "torch.autograd.functional.vjp"):
+            # The gradients carry a graph only with create_graph=True (a gradient penalty).
+            create = keywords.get("create_graph")
+            graph = create is not None and isinstance(create[0], cst.Name) and create[0].value == "True"
+            return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=graph))
         if not api.is_tensor_op(name):
             return None
         sources = [v for _, v in args]

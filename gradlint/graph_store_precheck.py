@@ -431,6 +431,9 @@ class _GraphValues:
         if name is None:
             return found
         name = self.facts.qualify(name)
+        if name in ("torch.autograd.grad", "torch.autograd.functional.vjp") \
+                and any(k.arg == "create_graph" for k in e.keywords):
+            return found | _Kinds(tensor=True, graph=True)  # flow: graph-attached with create_graph=True
         if name in PARAMETER_CONSTRUCTORS:
             return found | _Kinds(tensor=True, parameter=True)
         if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):

@@ -76,6 +76,15 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # Gradients without create_graph carry no graph: keeping their norms' tensors is no GL103.
+        """
+import torch
+GRAD_NORMS = []
+def step(model, x, params):
+    loss = model(x).sum()
+    grads = torch.autograd.grad(loss, params)
+    GRAD_NORMS.append(torch.stack([g.norm() for g in grads]))
+""",
         """
 losses = []
 for x, y in loader:
@@ -151,6 +160,25 @@ class Trainer:
     def step(self, batch):
         rec, codes = self.model(batch)
         self.outputs.append({"rec": rec, "codes": codes})
+"""),
+        Invalid("""
+import torch
+PENALTIES = []
+def critic_step(critic, real, fake, eps):
+    interp = (eps * real + (1 - eps) * fake).requires_grad_(True)
+    grads, = torch.autograd.grad(critic(interp).sum(), interp, create_graph=True)
+    gp = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+    gp.backward()
+    PENALTIES.append(gp)
+""", ("PENALTIES.append(gp)",), fixed="""
+import torch
+PENALTIES = []
+def critic_step(critic, real, fake, eps):
+    interp = (eps * real + (1 - eps) * fake).requires_grad_(True)
+    grads, = torch.autograd.grad(critic(interp).sum(), interp, create_graph=True)
+    gp = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+    gp.backward()
+    PENALTIES.append(gp.detach())
 """),
         Invalid("""
 EMBEDDINGS = []
