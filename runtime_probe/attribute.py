@@ -123,10 +123,38 @@ def _instance_attribute(owner, attr: str, kind: str) -> Holder:
     # own global, at the line that binds it; the class's file is not theirs to change.
     qualified = f"{cls.__module__}.{cls.__qualname__}"
     if not bindings:
+        user = _user_attribute_of(owner)
+        if user is not None:  # `self.opt = Adam(...)` in the user's Trainer: Trainer.opt.state
+            user_cls, name = user
+            user_file, user_line = _source_line(user_cls)
+            return Holder("attribute", f"{user_cls.__name__}.{name}.{attr}", user_file, user_line,
+                          f"{kind} {attr!r} of {qualified} (attribute {name!r} of a {user_cls.__name__})")
         return Holder("attribute", f"{cls.__name__}.{attr}", "", 0, f"{kind} {attr!r} of a {qualified}")
     module, name = bindings[0]
     return Holder("attribute", aliases[0], module.__file__, _global_line(module, name),
                   f"{kind} {attr!r} of {qualified} (the global {name!r})", aliases=aliases[1:])
+
+
+def _user_attribute_of(owner) -> tuple[type, str] | None:
+    """(class, attribute) of an instance of one of the user's classes that keeps `owner` in an
+    attribute. On 3.11 the instance itself refers to it (inline values), else its __dict__ does;
+    the attribute is read with dict.items, so no user code runs."""
+    for referrer in gc.get_referrers(owner):
+        if type(referrer) is dict:
+            instances = [h for h in gc.get_referrers(referrer) if getattr(h, "__dict__", None) is referrer]
+        else:
+            instances = [referrer]
+        for instance in instances:
+            if isinstance(instance, _NOT_INSTANCES) or not hasattr(instance, "__dict__"):
+                continue
+            module = sys.modules.get(type(instance).__module__)
+            file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+            if isinstance(file, str) and _is_user_file(file):
+                attrs = vars(instance)
+                name = next((k for k, v in dict.items(attrs) if v is owner and isinstance(k, str)), None)
+                if name is not None:
+                    return type(instance), name
+    return None
 
 
 @functools.lru_cache(maxsize=1)

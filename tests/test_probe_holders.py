@@ -206,3 +206,18 @@ def test_optimizer_state_without_a_global_points_into_no_library_file():
     opt.step()
     (holder,) = find_holders([opt.state[param]["exp_avg"]])
     assert holder.subject == "Adam.state" and holder.file == "" and "torch.optim.adam.Adam" in holder.detail
+
+
+class _Trainer:
+    def __init__(self):
+        self.param = torch.zeros(3, requires_grad=True)
+        self.opt = torch.optim.Adam([self.param])
+
+
+def test_optimizer_state_kept_by_a_users_object_is_named_through_its_attribute():
+    trainer = _Trainer()
+    trainer.param.grad = torch.ones(3)
+    trainer.opt.step()
+    (holder,) = find_holders([trainer.opt.state[trainer.param]["exp_avg"]])
+    assert holder.subject == "_Trainer.opt.state"
+    assert holder.file == __file__ and "attribute 'opt' of a _Trainer" in holder.detail
