@@ -326,6 +326,8 @@ class FileModel:
         value = self._module_values.get(name)
         if value is not None and value.kind is not Kind.UNKNOWN:
             return value
+        if name in self.prescan(self.module).frozen:
+            return UNKNOWN
         if self._instances.get(name) in self.module_class_names:
             return Val(Kind.MODULE, module_class=self._instances[name])
         if looks_like_module(name):
@@ -505,14 +507,19 @@ class FileModel:
         a module (`encoder: nn.Module`, `model: Net`), is named like one, or has `.parameters()`
         (or another method only a module has) called on it; unknown otherwise."""
         name = param.name.value
-        if name == role.self_name and role.kind in ("module_forward", "module_method"):
+        # Not in __init__: what it stores once is no per-step leak, and its self is half built.
+        if name == role.self_name and role.kind in ("module_forward", "module_method") \
+                and function.name.value != "__init__":
             return Val(Kind.MODULE, module_class=role.owner_class)
         annotated = self._annotated_class(param)
         if annotated is not None and annotated in self.module_class_names:
             return Val(Kind.MODULE, module_class=annotated)
         if annotated is not None and (annotated.rsplit(".", 1)[-1] == "Module" or api.is_nn_module_class(annotated)):
             return Val(Kind.MODULE)
-        if looks_like_module(name) or name in self.prescan(function).module_uses:
+        scan = self.prescan(function)
+        if name in scan.frozen:
+            return UNKNOWN  # `teacher.requires_grad_(False)`: calling it keeps no graph of its own
+        if looks_like_module(name) or name in scan.module_uses:
             return Val(Kind.MODULE)
         return UNKNOWN
 

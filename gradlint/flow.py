@@ -17,7 +17,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.names import code, dotted
-from gradlint.prescan import Prescan, target_names
+from gradlint.prescan import Prescan, descendants, target_names
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
 
 if TYPE_CHECKING:
@@ -201,6 +201,18 @@ def _fresh_names(statements) -> set[str]:
     return fresh
 
 
+# A helper named for it: `repackage_hidden(h)`, `detach_state(s)`.
+_DETACHING_NAME = re.compile(r"detach|repackage", re.IGNORECASE)
+DETACHED = Val(Kind.TENSOR)  # known graph-free: what .detach() or a detaching helper gives
+
+
+def _detaches(function: cst.FunctionDef) -> bool:
+    """A local helper that calls .detach() (the word-language-model's repackage_hidden)."""
+    return bool(_DETACHING_NAME.search(function.name.value)) or any(
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "detach"
+        for n in descendants(function.body))
+
+
 def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
     if isinstance(expr, cst.Name):
         yield expr
@@ -230,8 +242,11 @@ class _Iteration:
     # Names (and `self.x`) bound unconditionally earlier in this pass: reading one reads this
     # pass's value, not the previous pass's.
     fresh: set[str] = field(default_factory=set)
-    # Whether what a name holds at the end of the pass (what the next pass reads) is graph-free.
+    # Whether what a name holds at the end of the pass (what the next pass reads) is known to be
+    # graph-free, and how many events there were when it last became so.
     clean_at_end: dict[str, bool] = field(default_factory=dict)
+    clean_since: dict[str, int] = field(default_factory=dict)
+    exits: list[int] = field(default_factory=list)  # event counts at each continue/break/return
 
 
 class Walker:
@@ -335,6 +350,10 @@ class Walker:
         elif isinstance(node, cst.Return):
             value = self.ev(node.value) if node.value is not None else SCALAR
             self.walk.events.append(ReturnValue(self._where(line), value))
+            for each in self._passes:
+                each.exits.append(len(self.walk.events))
+        elif isinstance(node, (cst.Continue, cst.Break)):
+            self._passes[-1].exits.append(len(self.walk.events))
         elif isinstance(node, (cst.Raise, cst.Assert)):
             for child in node.children:
                 if isinstance(child, cst.BaseExpression):
@@ -370,7 +389,9 @@ class Walker:
         this_pass = self._passes[-1]
         if self._condition_depth == this_pass.depth:
             this_pass.fresh.add(name)
-            this_pass.clean_at_end[name] = not graph
+            # An unknown function's result may still hold the graph (`carry_over(hidden)`).
+            this_pass.clean_at_end[name] = not graph and value.kind is not Kind.UNKNOWN
+            this_pass.clean_since[name] = len(self.walk.events)
         elif graph:
             this_pass.clean_at_end[name] = False
         if graph:  # an inner loop or branch may run: the outer passes may end holding it
@@ -395,12 +416,21 @@ class Walker:
             if innermost is not this_pass.loop:
                 continue
             if isinstance(event, NameStore) and event.chained and not event.augmented \
-                    and this_pass.clean_at_end.get(event.name):
+                    and self._cut_after(this_pass, event.name, i):
                 events[i] = replace(event, chained=False)
             elif isinstance(event, AttributeStore) and not event.augmented:
                 target = f"{event.owner_name}.{event.attribute}"
-                if this_pass.clean_at_end.get(target) and target in event.value.reads:
+                if target in event.value.reads and self._cut_after(this_pass, target, i):
                     events[i] = replace(event, value=event.value.with_(reads=event.value.reads - {target}))
+
+    @staticmethod
+    def _cut_after(this_pass: _Iteration, name: str, index: int) -> bool:
+        """Whether every way out of the pass after event `index` goes through a graph-free rebinding
+        of `name`: a `continue` between the two carries the graph into the next pass."""
+        if not this_pass.clean_at_end.get(name):
+            return False
+        since = this_pass.clean_since[name]
+        return since > index and not any(index < exit_at <= since for exit_at in this_pass.exits)
 
     def _with(self, node: cst.With) -> None:
         saved = self.no_grad
@@ -450,6 +480,8 @@ class Walker:
             name = target.value
             if name in self.scan.backward_roots and not self.no_grad and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
                 value = value.with_(kind=Kind.TENSOR, graph=True)
+            elif name in self.scan.frozen and value.kind is Kind.MODULE:
+                value = UNKNOWN  # `teacher.requires_grad_(False)`: its outputs carry no graph of their own
             elif name in self.scan.module_uses and value.kind is Kind.UNKNOWN:
                 value = value.with_(kind=Kind.MODULE)  # `netG = build(cfg)`, then `netG.parameters()`
             if self.role.kind == "forward" and value.kind is Kind.UNKNOWN and name in self.scan.single_returns:
@@ -706,7 +738,9 @@ class Walker:
             local = self.nested_defs.get(func.value) or self.model.functions.get(func.value)
             if local is not None:
                 self._follow(local, e, args)
-                return UNKNOWN
+                return DETACHED if _detaches(local) else UNKNOWN
+            if _DETACHING_NAME.search(func.value):  # an imported repackage_hidden / detach_state
+                return DETACHED
 
         if name is not None:
             torch_value = self._torch_call(name, args, positional, keywords)
@@ -780,7 +814,7 @@ class Walker:
             if method in ("item", "tolist", "numpy", "size", "dim", "numel"):
                 return SCALAR
             if method == "detach":  # detached: whatever it was read from, it chains no graph
-                return UNKNOWN
+                return DETACHED
             return None
         # A tensor method.
         if method in api.SCALAR_METHODS:
@@ -839,7 +873,8 @@ class Walker:
         if not api.is_tensor_op(name):
             return None
         sources = [v for _, v in args]
-        if name in api.INDEX_PAIR_FUNCTIONS or (name.rsplit(".", 1)[-1] in api.INDEX_PAIR_WITH_DIM and len(positional) > 1):
+        if name in api.INDEX_PAIR_FUNCTIONS or (name.rsplit(".", 1)[-1] in api.INDEX_PAIR_WITH_DIM
+                                                 and (len(positional) > 1 or "dim" in keywords)):
             return self._index_pair(tensor(*sources))
         if name in api.SPLITTING_FUNCTIONS:
             return Val(Kind.CONTAINER, item=tensor(*sources))

@@ -213,9 +213,9 @@ class _Scope:
     def makes_graph_itself(self, facts: _FileFacts) -> bool:
         if self.calls_backward:
             return True
-        if any(callee.startswith(_AUTOGRAD_CALLS) and callee.rsplit(".", 1)[1] in ("backward", "grad")
+        if any(facts.qualify(callee).startswith(_AUTOGRAD_CALLS) and callee.rsplit(".", 1)[-1] in ("backward", "grad")
                for callee in self.callees):
-            return True
+            return True  # `from torch.autograd import grad` too: qualified first
         if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
             return True
         if not self.loads.isdisjoint(facts.module_instances) or self.module_params(facts) or self.module_uses:
@@ -229,7 +229,8 @@ class _Scope:
             found: dict[str, _Kinds] = {}
             if not isinstance(self.node, ast.Module):
                 arguments = self.node.args
-                for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs):
+                for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                 *(a for a in (arguments.vararg, arguments.kwarg) if a is not None)):
                     annotated = _annotated_class(argument.annotation, facts)
                     if annotated is not None and (annotated in facts.module_class_names
                                                   or annotated.rsplit(".", 1)[-1] == "Module"
@@ -682,13 +683,17 @@ class _FileFacts:
         target = node.target
         if type(node.value) not in _NEVER_GRAPH:  # `self.n += 1`: the usual case, never a graph
             if isinstance(target, ast.Name):
+                # flow makes `bank += [h]` (a value it reads as a container) an extend: either may hold
                 scope.sites.append(_Site(_AUGMENTED_NAME, target.id, (node.value,), loops))
+                scope.sites.append(_Site(_CONTAINER, target, (node.value,), loops))
             elif isinstance(target, ast.Attribute):
                 scope.sites.append(_Site(_AUGMENTED_ATTRIBUTE, target, (node.value,), loops))
             elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):  # epoch_loss[0] += loss
                 scope.sites.append(_Site(_AUGMENTED_NAME, target.value.id, (node.value,), loops))
             elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):  # self.stats[k] += v
                 scope.sites.append(_Site(_AUGMENTED_ATTRIBUTE, target.value, (node.value,), loops))
+                if scope.owner is not None:  # flow stores it as the attribute (stores_graph_on_self)
+                    self.method_stores.add(target.value.attr)
         self._children(node, scope, loops)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While, scope: _Scope, loops) -> None:

@@ -82,6 +82,7 @@ class Prescan:
         # a rule asks about except returns, so ordinary walks skip it.
         self.stores = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on
+        self.frozen: set[str] = set()  # `teacher.requires_grad_(False)`: its outputs carry no graph
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
@@ -184,6 +185,8 @@ class Prescan:
             receiver = func.value.value if isinstance(func.value, cst.Name) else None
             if receiver is not None and method in api.MODULE_ONLY_METHODS:
                 self.module_uses.add(receiver)
+            if receiver is not None and method == "requires_grad_" and _is_false_argument(node):
+                self.frozen.add(receiver)
             if receiver not in self.imported:
                 if receiver is not None and method in api.TENSOR_ONLY_METHODS:
                     self.tensor_uses.add(receiver)
@@ -266,6 +269,11 @@ def target_names(target: cst.BaseExpression) -> Iterator[str]:
             yield from target_names(element.value)
     elif isinstance(target, cst.StarredElement):
         yield from target_names(target.value)
+
+
+def _is_false_argument(call: cst.Call) -> bool:
+    """`requires_grad_(False)` or `requires_grad_(requires_grad=False)`."""
+    return len(call.args) == 1 and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"
 
 
 def _roots(expr: cst.BaseExpression) -> Iterator[str]:

@@ -50,7 +50,9 @@ SCALAR_METHODS = frozenset({
     "is_floating_point", "is_complex", "equal", "allclose", "untyped_storage", "nbytes",
     "__len__", "backward", "register_hook", "is_pinned", "is_set_to", "type_as_str",
 })
-DETACHING_METHODS = frozenset({"detach", "detach_", "cpu_numpy"})
+# `sample`: a draw from what a policy returned (a torch.distributions object) carries no graph;
+# `rsample` does.
+DETACHING_METHODS = frozenset({"detach", "detach_", "cpu_numpy", "sample"})
 VIEW_METHODS = frozenset({
     "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "narrow", "select",
     "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "diagonal",

@@ -76,6 +76,21 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # A frozen teacher's outputs, argmax indices, an action sampled from a policy: no graph.
+        """
+import torch
+def distill(student, teacher, loader, opt):
+    teacher.requires_grad_(False)
+    cache, preds, actions = {}, [], []
+    for idx, x, y in loader:
+        if int(idx) not in cache:
+            cache[int(idx)] = teacher(x)
+        logits = student(x)
+        preds.append(torch.max(logits, dim=1).indices)
+        actions.append(policy(x).sample())
+        logits.sum().backward()
+        opt.step()
+""",
         # Gradients without create_graph carry no graph: keeping their norms' tensors is no GL103.
         """
 import torch

@@ -188,6 +188,27 @@ def train_epoch(model, loader, optimizer):
         epoch_loss[1] += len(x)
     return epoch_loss
 """),
+        # A `continue` between the call and the detach, or an unknown helper last: the graph rides on.
+        Invalid("""
+def train(model, loader, opt, crit):
+    hidden = None
+    for x, y in loader:
+        out, hidden = model(x, hidden)
+        loss = crit(out, y)
+        if loss.item() > 1e3:
+            continue
+        loss.backward()
+        opt.step()
+        hidden = hidden.detach()
+
+def train_carried(model, loader, opt, crit):
+    state = None
+    for x, y in loader:
+        out, state = model(x, state)
+        crit(out, y).backward()
+        opt.step()
+        state = carry_over(state)
+""", ("out, hidden = model(x, hidden)", "out, state = model(x, state)")),
         Invalid("""
 def train(lstm, optimizer, loader, h, c):
     for x, y in loader:

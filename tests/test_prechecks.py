@@ -198,6 +198,69 @@ KEPT_ACROSS_STEPS = {
                 out.loss.backward()
                 self.router_history.append(out.router_logits)
     """,
+    "autograd_grad_imported_by_name": """
+        from torch.autograd import grad
+
+        R1_LOG = []
+
+        def r1_penalty(disc_fn, real):
+            real.requires_grad_(True)
+            score = disc_fn(real).sum()
+            g, = grad(score, real, create_graph=True)
+            penalty = g.pow(2).sum()
+            R1_LOG.append(penalty)
+            return penalty
+
+        def train(loader, disc_fn, opt):
+            for real in loader:
+                loss = r1_penalty(disc_fn, real)
+                loss.backward()
+                opt.step()
+    """,
+    "augmented_slot_of_a_class_attribute_read_from_an_instance": """
+        import torch
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            stats = {"act": 0}
+
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+
+            def forward(self, x):
+                out = self.fc(x)
+                self.stats["act"] += out.abs().mean()
+                return out
+
+        model = Net()
+        history = []
+        for x in loader:
+            loss = model(x).sum()
+            loss.backward()
+            history.append(model.stats)
+    """,
+    "annotated_varargs_of_modules": """
+        import torch.nn as nn
+
+        HISTORY = []
+
+        def step(x, *experts: nn.Module):
+            for e in experts:
+                HISTORY.append(e(x))
+
+        def train(loss):
+            loss.backward()
+    """,
+    "extend_of_a_parameter_list_by_augmented_assignment": """
+        def embed_batch(model, tokens, bank):
+            emb = model(tokens).mean(dim=1)
+            bank += [emb]
+            return emb
+
+        def train(loss):
+            loss.backward()
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
