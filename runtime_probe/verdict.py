@@ -70,12 +70,17 @@ def growing(values: list[int]) -> bool:
 
 
 def levelled_off(values: list[int]) -> int | None:
-    """For a series that grew and then stayed at or under its final level for at least its whole
-    second half, the index where it reached that level; else None. A bounded cache or buffer
-    fills and stops (its survivors spread over the run like a leak's), a leak keeps climbing."""
-    if len(values) < 5 or values[-1] <= values[0] or values[-1] > values[len(values) // 2]:
+    """For a series that grew and then stopped making new highs, the index where it reached its
+    level; else None. A bounded cache or buffer fills and stops (its survivors spread over the run
+    like a leak's), a leak makes a new high at every collection. Stopped means: at or under its
+    final level for its whole second half, or, for a buffer that filled late, at or under its peak
+    for the last quarter of the collections (at least two after the peak)."""
+    if len(values) < 5 or values[-1] <= values[0]:
         return None
-    return next(i for i, v in enumerate(values) if v >= values[-1])
+    if values[-1] <= values[len(values) // 2]:
+        return next(i for i, v in enumerate(values) if v >= values[-1])
+    peak = values.index(max(values))
+    return peak if len(values) - 1 - peak >= max(2, len(values) // 4) else None
 
 
 def leak_start(survivor_steps: set[int], first: int, last: int, tracked_since) -> int | None:
@@ -84,10 +89,13 @@ def leak_start(survivor_steps: set[int], first: int, last: int, tracked_since) -
     one or two quarters only, where a one-off (lazy state, one cache fill) has them in one step.
     `tracked_since(step)`: measured steps from `step` to `last`."""
     inside = sorted(s for s in survivor_steps if first <= s <= last)
-    if len(inside) < 3:
-        return None
-    start = inside[0]
-    return start if len(inside) >= 0.8 * tracked_since(start) else None
+    # The earliest start from which the survivors are dense: an early one-off (lazy state made on
+    # step 12) must not hide a leak that began at step 60.
+    found = None
+    for count, start in enumerate(reversed(inside), 1):
+        if count >= 3 and count >= 0.8 * tracked_since(start):
+            found = start
+    return found
 
 
 def keeps_climbing(values: list[int]) -> bool:

@@ -207,6 +207,9 @@ def test_a_series_levelled_off_only_when_its_whole_second_half_stays_at_the_fina
     assert levelled_off([0, 0, 0, 0, 0, 0]) is None  # never grew
     assert levelled_off([0, 10, 20, 30, 30, 40]) is None  # still rising at the end
     assert levelled_off([0, 10, 20, 30]) is None  # too few collections to say
+    # A replay buffer that filled late: no new high for the last three collections.
+    assert levelled_off([76, 101, 127, 152, 177, 203, 194, 186, 194]) == 5
+    assert levelled_off([76, 101, 127, 152, 177, 203, 194, 204]) is None  # a new high: still rising
 
 
 @pytest.mark.parametrize("track_every", [1, None])
@@ -267,4 +270,31 @@ def test_a_leak_that_begins_late_in_the_run_is_retained_at_its_rate(start):
 def test_one_late_fill_is_clean_and_says_what_grew():
     report = probe(_late(60, once=True), steps=80, track_every=1)
     assert report.verdict is Verdict.CLEAN
-    assert "not steady growth" in report.reason and "40,960 B above" in report.reason
+    assert "40,960 B" in report.reason and "stayed level from step 60" in report.reason
+
+
+def test_a_late_leak_after_an_early_one_off_is_still_retained():
+    late = _late(60, once=False)
+    state = []
+
+    def step_with_lazy_state():
+        if not state:  # made on the first measured step, kept for the run
+            state.append(torch.randn(64))
+        late()
+    report = probe(step_with_lazy_state, steps=80, warmup=0, track_every=1)
+    assert report.verdict is Verdict.RETAINED, report.reason
+    assert report.bytes_per_step == pytest.approx(2048) and "since step 60" in report.reason
+
+
+def test_two_scattered_one_offs_are_clean_and_the_reason_says_memory_rose():
+    kept, calls = [], [0]
+    weight = torch.randn(16, 16, requires_grad=True)
+
+    def step_with_two_fills():
+        calls[0] += 1
+        (torch.randn(8, 16) @ weight).pow(2).mean().backward()
+        if calls[0] in (30, 75):
+            kept.append(torch.randn(512))
+    report = probe(step_with_two_fills, steps=80, track_every=1)
+    assert report.verdict is Verdict.CLEAN
+    assert "not steady growth" in report.reason and "4,096 B above" in report.reason
