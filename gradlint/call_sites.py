@@ -84,15 +84,9 @@ def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     training loop of its own) that also steps an optimizer (`.step()`, `.zero_grad()`), or in a
     loop over a loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
-    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
     if site.loops:
-        for loop in site.loops:
-            if any(loop in s.loops for s in optimizer_calls):
-                return True
-            iterable = loop.iter if isinstance(loop, cst.For) else loop.test
-            if TRAINING_ITERABLE.search(code(iterable)):
-                return True
-        return False
+        return step_loop(site, sites) is not None
+    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
     # Outside loops, the function is one step unless it steps the optimizer inside a training loop
     # of its own (over a loader, or calling backward): then the call runs once, before or after
     # that loop. A loop over optimizers (`for opt in opts: opt.step()`) is still inside one step.

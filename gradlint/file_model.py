@@ -363,7 +363,7 @@ class FileModel:
             walker.bind_params(bound)
             walker.run()
             for event in walk.of(ReturnValue):
-                walk.output_bindings.update(_bindings_of(event.value))
+                walk.output_bindings.update(bindings_of(event.value))
             return walk
         setup = function.setup_context
         if setup is None or len(setup.params.params) < 3 + leading_params(setup):
@@ -376,7 +376,7 @@ class FileModel:
         forward_inputs = function.forward_inputs or []
         input_values = tuple(self.input_value(p, self.prescan(function.forward)) for p in forward_inputs)
         output_value = self.output_value(function)
-        walk.output_bindings.update(_bindings_of(output_value))
+        walk.output_bindings.update(bindings_of(output_value))
         walker.bind_params({
             ctx: Val(Kind.CTX),
             inputs: Val(Kind.CONTAINER, elements=input_values),
@@ -631,9 +631,10 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
     return statements(function.body.body)
 
 
-def _bindings_of(value: Val) -> set[int]:
+def bindings_of(value: Val) -> set[int]:
+    """The bindings of a value and of everything it holds (a returned tuple's outputs)."""
     found = {value.binding} if value.binding is not None else set()
     for element in value.members():
-        found |= _bindings_of(element)
+        found |= bindings_of(element)
     return found
 

@@ -6,7 +6,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import prechecks
-from gradlint.file_model import AutogradFunction, FileModel, leading_params
+from gradlint.file_model import AutogradFunction, FileModel, bindings_of, leading_params
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
@@ -34,20 +34,13 @@ def stored_kind(walk: Walk, value: Val) -> str | None:
     return "tensor" if value.is_tensor else None
 
 
-def _bindings(value: Val) -> set[int]:
-    found = {value.binding} if value.binding is not None else set()
-    for member in value.members():
-        found |= _bindings(member)
-    return found
-
-
 def non_differentiable(walk: Walk) -> set[int]:
     """Outputs passed to ctx.mark_non_differentiable: they get no grad_fn, so keeping one on ctx
     makes no cycle (measured: 0 of 20 alive after gc.collect(), 20 of 20 without the mark)."""
     found: set[int] = set()
     for event in walk.of(MarkedNonDifferentiable):
         for value in event.values:
-            found |= _bindings(value)
+            found |= bindings_of(value)
     return found
 
 
@@ -59,7 +52,7 @@ def keeps_several_outputs(walk: Walk) -> bool:
     differentiable = walk.output_bindings - non_differentiable(walk)
     for store in walk.of(AttributeStore):
         if store.owner.kind is Kind.CTX:
-            outputs = _bindings(store.value) & differentiable
+            outputs = bindings_of(store.value) & differentiable
             if outputs and store.attribute == "<dynamic>" and store.where.loops:
                 return True  # setattr(ctx, f"out{i}", out) over the outputs: one attribute each
             stored |= outputs
@@ -67,7 +60,7 @@ def keeps_several_outputs(walk: Walk) -> bool:
         return False
     if walk.role.kind != "forward":  # setup_context: `output` is one call's outputs
         return True
-    return any(len(_bindings(r.value) & stored) >= 2 for r in walk.of(ReturnValue))
+    return any(len(bindings_of(r.value) & stored) >= 2 for r in walk.of(ReturnValue))
 
 
 def _marked(walk: Walk, value: Val) -> bool:

@@ -77,8 +77,9 @@ def probe(step: Callable[[], object], steps: int = 100, *, warmup: int = 10, gc_
         raise ValueError("steps must be at least 1")
     if track_every is not None and track_every < 1:
         raise ValueError("track_every must be at least 1")
-    if runs_nothing(step):
-        raise ValueError(f"{getattr(step, '__qualname__', step)!s} is a {runs_nothing(step)}: calling it runs "
+    kind = runs_nothing(step)
+    if kind is not None:
+        raise ValueError(f"{getattr(step, '__qualname__', step)!s} is a {kind}: calling it runs "
                          "none of its body, so there is nothing to measure; probe a plain function")
     device = resolve_device(device)
     run = run_steps(step, steps, warmup, gc_every, on_step=on_step, attribute=attribute, track_every=track_every)
