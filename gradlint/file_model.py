@@ -7,7 +7,7 @@ function. Rules read this model; they never traverse the syntax tree themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Iterator
 
@@ -16,9 +16,9 @@ import libcst as cst
 from gradlint import torch_api as api
 from gradlint.flow import _SCALAR_LIKE, AttributeStore, FunctionRole, ReturnValue, Walk, Walker, looks_like_module
 from gradlint.call_sites import CallSite, collect_call_sites
-from gradlint.prescan import Prescan
+from gradlint.prescan import Prescan, child_nodes
 from gradlint.names import ImportTable, dotted
-from gradlint.values import SCALAR, UNKNOWN, Kind, Val, new_binding
+from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
 
 
 @dataclass
@@ -87,6 +87,8 @@ class FileModel:
         self._prescans: dict[int, Prescan] = {}
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
         self._graph_attributes: set[tuple[str, str]] | None = None
+        self._call_results: dict[tuple, Val] = {}
+        self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -446,6 +448,78 @@ class FileModel:
             self._graph_attributes = found
         return (module_class, attribute) in self._graph_attributes
 
+    # A helper's result depends on what it is given, but a file seldom calls one helper with
+    # arguments of more than a few kinds; deeper than this, a result is unknown.
+    MAX_CALL_DEPTH = 3
+
+    def call_result(self, function: cst.FunctionDef, owner: _ClassInfo | None, call: cst.Call,
+                    args: list[tuple[cst.Arg, Val]], receiver: Val | None, receiver_name: str | None) -> Val:
+        """What a call of one of this file's functions (or of a method, on `receiver`) gives: its
+        body walked with the call's arguments bound, the returned values merged. Its events are
+        not the caller's: a finding belongs to the function's own walk."""
+        if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH \
+                or function.asynchronous is not None or _is_generator(function):
+            return UNKNOWN
+        role = self._role(function, owner)
+        params = [p for p in _all_params(function)]
+        bound = {p.name.value: self._param_value(p, role, function) for p in params}
+        positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        if receiver is not None and not _is_static(function):
+            if positional and leading_params(function) == 0:
+                bound[positional[0]] = receiver
+            positional = positional[1:]
+        given: dict[str, Val] = {}
+        if not any(a.star for a, _ in args):
+            for (_, value), name in zip([(a, v) for a, v in args if a.keyword is None], positional):
+                given[name] = value
+        for arg, value in args:
+            if arg.keyword is not None and arg.keyword.value in bound:
+                given[arg.keyword.value] = value
+        for name, value in given.items():
+            if value.kind is not Kind.UNKNOWN:
+                bound[name] = _as_argument(value)
+        key = (id(function), tuple(sorted((n, _shape(v)) for n, v in bound.items())))
+        result = self._call_results.get(key)
+        if result is None:
+            self._calls_under_way.append(id(function))
+            try:
+                walk = Walk(self, function, role)
+                walker = Walker(walk, function)
+                walker.bind_params(bound)
+                walker.run()
+            finally:
+                self._calls_under_way.pop()
+            returned = [e.value for e in walk.of(ReturnValue)
+                        if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
+            result = _returned(returned)
+            self._call_results[key] = result
+        if not result.reads:
+            return result
+        # What the callee read of its parameters and its self is what the caller passed.
+        reads: set[str] = set()
+        self_name = role.self_name if receiver is not None else None
+        for name in result.reads:
+            head, _, rest = name.partition(".")
+            if not rest and name in given:
+                reads |= given[name].reads
+            elif rest and head == self_name and receiver_name is not None:
+                reads.add(f"{receiver_name}.{rest}")
+        return result.with_(reads=frozenset(reads))
+
+    def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, _ClassInfo] | None:
+        """The def of `method` a class of this file has, itself or from a base in this file."""
+        by_name = {info.node.name.value: info for info in self._classes if not info.nested}
+        todo, seen = [class_name], set()
+        while todo:
+            info = by_name.get(todo.pop(0))
+            if info is None or info.node.name.value in seen:
+                continue
+            seen.add(info.node.name.value)
+            if method in info.methods:
+                return info.methods[method], info
+            todo.extend(info.bases)
+        return None
+
     def _role(self, function: cst.FunctionDef, owner: _ClassInfo | None) -> FunctionRole:
         role = FunctionRole("function")
         module = self._modules_by_node.get(id(owner.node)) if owner is not None else None
@@ -629,6 +703,48 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
                     yield from statements(inner)
 
     return statements(function.body.body)
+
+
+def _is_generator(function: cst.FunctionDef) -> bool:
+    stack = list(child_nodes(function.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Yield):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(child_nodes(node))
+    return False
+
+
+def _returns_none(node: cst.Return) -> bool:
+    """`return` and `return None`: an early exit, not what the function is for."""
+    return node.value is None or (isinstance(node.value, cst.Name) and node.value.value == "None")
+
+
+def _shape(value: Val) -> tuple:
+    """What of an argument can change a walk's result (not the binding, not what it read)."""
+    return (value.kind, value.graph, value.param, value.int64, value.module_class,
+            tuple(_shape(m) for m in value.elements), _shape(value.item) if value.item is not None else None)
+
+
+def _as_argument(value: Val) -> Val:
+    """An argument as the callee sees it: a fresh object, no reads of the caller's names."""
+    return replace(value, binding=None, view_of=frozenset(), reads=frozenset(), is_input=False,
+                   elements=tuple(_as_argument(e) for e in value.elements),
+                   item=_as_argument(value.item) if value.item is not None else None)
+
+
+def _returned(values: list[Val]) -> Val:
+    """What a call gives: the values its returns give, merged; unknown when they differ in kind.
+    What each one read stays (the caller maps it back to its arguments)."""
+    if not values:
+        return UNKNOWN
+    result = values[0]
+    for value in values[1:]:
+        result = merge(result, value)
+    reads = result.reads
+    cleaned = _as_argument(result)
+    return cleaned.with_(reads=reads)
 
 
 def bindings_of(value: Val) -> set[int]:

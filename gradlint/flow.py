@@ -728,6 +728,9 @@ class Walker:
             result = self._method(e, func.attr.value, receiver, args, positional, keywords)
             if result is not None:
                 return result
+            result = self._own_method(e, func, receiver, args)
+            if result is not None:
+                return result
         else:
             receiver = None
 
@@ -738,7 +741,15 @@ class Walker:
             local = self.nested_defs.get(func.value) or self.model.functions.get(func.value)
             if local is not None:
                 self._follow(local, e, args)
-                return DETACHED if _detaches(local) else UNKNOWN
+                if _DETACHING_NAME.search(func.value):
+                    return DETACHED
+                returned = UNKNOWN
+                # a closure's result needs its enclosing names (the module's own defs are no closures)
+                if func.value not in self.nested_defs or isinstance(self.function, cst.Module):
+                    returned = self.model.call_result(local, None, e, args, None, None)
+                if returned.kind is Kind.UNKNOWN and _detaches(local):
+                    return DETACHED
+                return returned
             if _DETACHING_NAME.search(func.value):  # an imported repackage_hidden / detach_state
                 return DETACHED
 
@@ -760,6 +771,22 @@ class Walker:
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
             return tensor(*positional, Val(graph=True))
         return UNKNOWN
+
+    def _own_method(self, e: cst.Call, func: cst.Attribute, receiver: Val, args) -> Val | None:
+        """`self.compute_loss(batch)`, `model.encode(x)`: a method of a class of this file, called
+        on an instance of it (its own self, or a module instance known by class)."""
+        receiver_name = dotted(func.value)
+        if receiver.module_class is not None:
+            owner = receiver.module_class
+        elif receiver_name is not None and receiver_name == self.role.self_name and self.role.owner_class:
+            owner = self.role.owner_class
+        else:
+            return None
+        found = self.model.method_of(owner, func.attr.value)
+        if found is None:
+            return None
+        method, info = found
+        return self.model.call_result(method, info, e, args, receiver, receiver_name)
 
     def _builtin(self, e: cst.Call, name: str, args, positional) -> Val | None:
         if name in self.env or name in self.model.module_names:

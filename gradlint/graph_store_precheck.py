@@ -10,8 +10,9 @@ both halves inside the one function it walks (or the module's top level), never 
   attribute or parameter named like a module, a torch.nn class, a module class of the file, or
   in a module class's method what its __init__ put on self, or an instance of a module class
   of the file bound at the top level), an nn.Parameter used in an op, a name backward() is
-  called on, or what a method stored on self read back from such an instance; an unknown
-  function's result never is.
+  called on, what a method stored on self read back from such an instance, or what a def of
+  the file returns (flow walks it with the call's arguments: here, a def that makes such a
+  value itself or through another, or one given one); another file's function's result never is.
 The first pass collects every function's stores and cheap facts; only a function with a store
 that outlives the step and some source of graph-attached values gets its values traced
 (_GraphValues, flow's evaluation widened to "may"). Torch 2.x's own sources: 143 of the 172
@@ -104,6 +105,7 @@ class _Scope:
         self.called: list[ast.expr] = []  # each call's function
         self.calls_backward = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on (prescan's)
+        self.returns_value = False  # a `return x` (flow gives a call of it what x is)
         self.sites: list[_Site] = []
         self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
         self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
@@ -211,6 +213,12 @@ class _Scope:
         return init is not None and ("register_parameter" in init.attribute_loads or init.makes_graph_itself(facts))
 
     def makes_graph_itself(self, facts: _FileFacts) -> bool:
+        if self.makes_graph_directly(facts):
+            return True
+        # flow walks a call of the file's own function or method with its arguments
+        return any(callee.rsplit(".", 1)[-1] in facts.graph_defs for callee in self.callees)
+
+    def makes_graph_directly(self, facts: _FileFacts) -> bool:
         if self.calls_backward:
             return True
         if any(facts.qualify(callee).startswith(_AUTOGRAD_CALLS) and callee.rsplit(".", 1)[-1] in ("backward", "grad")
@@ -426,8 +434,11 @@ class _GraphValues:
                 found |= _Kinds(tensor=True, graph=graph)
             if method == "apply":  # an autograd Function's
                 found |= _Kinds(tensor=True, graph=passes_graph)
+            found |= self._own_call(method, passes_graph)
         elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
             found |= arguments._replace(graph=passes_graph)
+        elif isinstance(func, ast.Name):
+            found |= self._own_call(func.id, passes_graph)
         name = _dotted(func)
         if name is None:
             return found
@@ -445,6 +456,15 @@ class _GraphValues:
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
         return found
+
+    def _own_call(self, name: str, passes_graph: bool) -> _Kinds:
+        """A call of a def of this file (by name: a method or a function), which flow walks with
+        the call's arguments: what it returns may be what it was given, or what it made."""
+        if name not in self.facts.returning_defs:
+            return _NOTHING
+        if name in self.facts.graph_defs:
+            return _Kinds(module=True, tensor=True, graph=True, instance=True)
+        return _Kinds(tensor=True, graph=passes_graph)
 
     def reads(self, value: ast.expr, target: str) -> bool:
         """Whether `value` may read `target`, directly or through the names it reads
@@ -574,6 +594,27 @@ class _FileFacts:
         name = self.qualify(callee)
         return (name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper()) \
             or name in self.module_class_names
+
+    @cached_property
+    def returning_defs(self) -> set[str]:
+        """The names of the file's defs that return a value (a `return x`, not only `return None`)."""
+        return {scope.node.name for scope in self.scopes if scope.returns_value}
+
+    @cached_property
+    def graph_defs(self) -> set[str]:
+        """The names of the defs whose result may be graph-attached or a module whatever they are
+        given: they make one themselves, or call such a def."""
+        found: set[str] = set()
+        candidates = [scope for scope in self.scopes if scope.returns_value]
+        changed = True
+        while changed:
+            changed = False
+            for scope in candidates:
+                if scope.node.name not in found and (scope.makes_graph_directly(self) or any(
+                        callee.rsplit(".", 1)[-1] in found for callee in scope.callees)):
+                    found.add(scope.node.name)
+                    changed = True
+        return found
 
     @cached_property
     def module_instances(self) -> set[str]:
@@ -706,6 +747,13 @@ class _FileFacts:
         for condition in node.ifs:
             self._visit(condition, scope, loops)
 
+    def _return(self, node: ast.Return, scope: _Scope, loops) -> None:
+        value = node.value
+        if value is not None and not (isinstance(value, ast.Constant) and value.value is None) \
+                and not isinstance(scope.node, ast.Module):
+            scope.returns_value = True
+        self._children(node, scope, loops)
+
     def _declaration(self, node: ast.Global | ast.Nonlocal, scope: _Scope, loops) -> None:
         scope.declared.update(node.names)
 
@@ -760,6 +808,7 @@ _HANDLERS = {
     ast.AugAssign: _FileFacts._augmented,
     ast.For: _FileFacts._loop, ast.AsyncFor: _FileFacts._loop, ast.While: _FileFacts._loop,
     ast.comprehension: _FileFacts._comprehension,
+    ast.Return: _FileFacts._return,
     ast.Global: _FileFacts._declaration, ast.Nonlocal: _FileFacts._declaration,
     ast.FunctionDef: _FileFacts._function, ast.AsyncFunctionDef: _FileFacts._function,
     ast.ClassDef: _FileFacts._class,

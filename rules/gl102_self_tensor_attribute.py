@@ -113,6 +113,24 @@ class Rnn(Module):
         self.scaled = x * self.weight
         return self.hidden
 """, ("self.hidden = self.cell", "self.scaled = x * self.weight")),
+        Invalid("""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class VectorQuantizer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(8, 4)
+        self.codebook = nn.Embedding(32, 4)
+    def quantize(self, z):
+        codes = torch.cdist(z, self.codebook.weight).argmin(dim=1)
+        zq = self.codebook(codes)
+        return zq, F.mse_loss(z, zq.detach())
+    def forward(self, x):
+        zq, commitment = self.quantize(self.encoder(x))
+        self.commitment = commitment
+        return zq
+""", ("self.commitment = commitment",)),
     )
 
     def precheck(self, tree) -> bool:

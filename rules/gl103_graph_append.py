@@ -120,6 +120,24 @@ def evaluate(model, loader):
 """,
         """
 import torch
+import torch.nn.functional as F
+def loss_value(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y).item()
+
+@torch.no_grad()
+def val_loss(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+def train(model, loader, val_batch):
+    seen, val = [], []
+    for batch in loader:
+        seen.append(loss_value(model, batch))
+        val.append(val_loss(model, val_batch))
+""",
+        """
+import torch
 def forward_all(layers, x):
     outs = []
     for layer in layers:
@@ -128,6 +146,37 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        Invalid("""
+import torch.nn.functional as F
+def compute_loss(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+class Trainer:
+    def loss_of(self, batch):
+        return compute_loss(self.model, batch)
+
+    def fit(self, loader):
+        for batch in loader:
+            loss = self.loss_of(batch)
+            loss.backward()
+            self.history.append(loss)
+""", ("self.history.append(loss)",), fixed="""
+import torch.nn.functional as F
+def compute_loss(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+class Trainer:
+    def loss_of(self, batch):
+        return compute_loss(self.model, batch)
+
+    def fit(self, loader):
+        for batch in loader:
+            loss = self.loss_of(batch)
+            loss.backward()
+            self.history.append(loss.item())
+"""),
         Invalid("""
 losses = []
 for x, y in loader:

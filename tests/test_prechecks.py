@@ -261,6 +261,36 @@ KEPT_ACROSS_STEPS = {
         def train(loss):
             loss.backward()
     """,
+    "a_helper_function_returns_a_module_output": """
+        from torch import nn
+        model = nn.Linear(4, 2)
+
+        def loss_of(batch):
+            return model(batch).sum()
+
+        class Log:
+            def add(self, batch):
+                self.rows.append(loss_of(batch))
+    """,
+    "a_method_of_the_class_returns_a_module_output": """
+        class Trainer:
+            def loss_of(self, batch):
+                return self.criterion(self.model(batch.x), batch.y)
+
+            def record(self, batches):
+                for batch in batches:
+                    self.rows.append(self.loss_of(batch))
+    """,
+    "a_helper_returns_what_it_is_given": """
+        def add(a, b):
+            return a + b
+
+        def train(model, loader, opt):
+            total = 0
+            for x in loader:
+                loss = model(x).sum()
+                total = add(total, loss)
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
@@ -344,6 +374,14 @@ NOTHING_KEPT = {
                 self.acts.append(out)
                 self.taps.by_layer["fc"] = out
                 return out
+    """,
+    "a_helper_that_returns_a_number": """
+        def count(batch):
+            return len(batch)
+
+        class Log:
+            def add(self, batch):
+                self.rows.append(count(batch))
     """,
     "loss_summed_within_one_step": """
         def step(model, parts, optimizer):
