@@ -169,11 +169,18 @@ def is_nn_module_class(name: str) -> bool:
     return last[:1].isupper() and last not in NN_NOT_MODULES
 
 
+_SETTING_PREFIXES = ("torch.is_", "torch.are_", "torch.has_", "torch.get_", "torch.set_")
+
+
 def is_tensor_op(name: str) -> bool:
     """A torch function that returns tensors: public top-level ops (torch.cat, torch.zeros) and
     the functional namespaces. Helpers imported from torch's private or utility modules
     (torch._utils._get_device_index, torch._C.*) are not assumed to."""
     if name in NOT_TENSOR_FUNCTIONS:
+        return False
+    # torch's predicates and settings (is_autocast_enabled, get_autocast_dtype, set_num_threads):
+    # of them only get_rng_state gives a tensor.
+    if name.startswith(_SETTING_PREFIXES) and name != "torch.get_rng_state":
         return False
     if name.startswith(_TENSOR_NAMESPACES):
         return not name.rsplit(".", 1)[-1].startswith("_")
