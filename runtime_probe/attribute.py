@@ -30,7 +30,7 @@ _NOT_INSTANCES = (type, types.ModuleType, types.FunctionType, types.MethodType, 
 
 @dataclass
 class Holder:
-    kind: str  # "ctx", "attribute", "class attribute", "global", "local", "closure", "cache", "graph", "unknown"
+    kind: str  # "ctx", "attribute", "class attribute", "global", "local", "closure", "default", "cache", "graph", "unknown"
     subject: str  # as the static findings name it: "KNNScatter.ctx.out", "PointEncoder.activations", "HISTORY"
     file: str = ""
     line: int = 0
@@ -87,6 +87,7 @@ class _Node:
     attr: str | None  # the nearest dict key on the way up
     cell: object = None  # the nearest closure cell on the way up: names the function's free variable
     via_key: bool = False  # came up as a dict key, not a value: see find_holders
+    below: object = None  # the object this one was reached from (which default of a function)
 
     @property
     def key(self) -> tuple:
@@ -336,11 +337,13 @@ def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node
         if getattr(r, registry, None) is child and node.attr:
             return _holder_for_owner(r, node.attr), None
     if isinstance(r, types.FunctionType):
+        if child is r.__defaults__ or child is r.__kwdefaults__:
+            return _default_holder(r, child, node), None
         return _closure_holder(r, child, node), None
     if isinstance(r, types.CellType):
-        return None, _Node(r, [], node.attr, r, node.via_key)
+        return None, _Node(r, [], node.attr, r, node.via_key, below=child)
     if isinstance(r, _CONTAINERS) or type(r).__name__ in ("deque", "OrderedDict"):
-        return None, _Node(r, [], node.attr, node.cell, node.via_key)
+        return None, _Node(r, [], node.attr, node.cell, node.via_key, below=child)
     return None, None
 
 
@@ -357,7 +360,7 @@ def _through_dict(r: dict, child, node: _Node, module_dicts) -> tuple[Holder | N
         file = getattr(module, "__file__", "") or ""
         return Holder("global", key, file, _global_line(module, key),
                       f"module-level {type(child).__name__} {key!r} in {module.__name__}"), None
-    return None, _Node(r, [], key, node.cell, node.via_key or as_key)
+    return None, _Node(r, [], key, node.cell, node.via_key or as_key, below=child)
 
 
 def _local_holder(frame: types.FrameType, child, node: _Node, owner) -> Holder:
@@ -416,6 +419,26 @@ def _closure_holder(function: types.FunctionType, child, node: _Node) -> Holder 
     through = f" (the global {bound[0]!r})" if bound else ""
     return Holder("closure", f"{bound[0] if bound else function.__qualname__}.<closure {variable}>", file, line,
                   f"closure variable {variable!r} of {function.__qualname__}{through}")
+
+
+def _default_holder(function: types.FunctionType, defaults, node: _Node) -> Holder | None:
+    """A mutable default argument (`def remember(out, cache=[])`): made once, when the def ran,
+    and shared by every call that does not pass its own."""
+    if defaults is function.__kwdefaults__:
+        parameter = node.attr
+    else:
+        index = next((i for i, value in enumerate(defaults) if value is node.below), None)
+        if index is None:
+            return None
+        code = function.__code__
+        positional = code.co_varnames[:code.co_argcount][-len(defaults):]  # posonly ones included
+        parameter = positional[index]
+    if not parameter:
+        return None
+    file, line = _source_line(function)
+    return Holder("default", parameter, file, line,
+                  f"mutable default argument {parameter!r} of {function.__qualname__}(): one object, made when "
+                  f"the def ran, shared by every call")
 
 
 def _lru_cache_holder(wrapper) -> Holder:

@@ -179,6 +179,16 @@ def test_a_local_list_of_a_suspended_generator_is_named_as_its_local():
     assert holder.line == case_line("history = []")
 
 
+def test_mutable_default_arguments_are_named_by_their_parameters():
+    report = probe(case("default_arguments"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    holders = by_subject(report)
+    assert set(holders) == {"seen", "by_shape"}
+    for holder in holders.values():
+        assert holder.kind == "default" and "of remember()" in holder.detail
+        assert holder.bytes_per_step == pytest.approx(64.0) and holder.line == case_line("def remember(")
+
+
 def test_an_lru_cache_keeping_tensor_arguments_and_results_is_named_by_its_function():
     report = probe(case("lru_cached"), steps=40)
     assert report.verdict is Verdict.RETAINED

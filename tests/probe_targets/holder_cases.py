@@ -84,6 +84,12 @@ def augment(x):
     return x + 0.01 * torch.randn_like(x)
 
 
+def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
+    seen.append(x)
+    by_shape[len(seen)] = x * 2
+    return x
+
+
 lin = nn.Linear(8, 16)
 recorder = Recorder()
 log = Log()
@@ -134,3 +140,7 @@ def param_group_each_step():
     prompt_opt.zero_grad()
     loss.backward()
     prompt_opt.step()  # the new parameter's exp_avg and exp_avg_sq (64 B each) and step (4 B)
+
+
+def default_arguments():
+    remember(torch.randn(16))  # kept by `seen` (64 B) and its double by `by_shape` (64 B)
