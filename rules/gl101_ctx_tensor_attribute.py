@@ -129,6 +129,20 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # torch's settings and predicates are no tensors, also through a helper of the file
+        # (torch.utils.checkpoint keeps its autocast state this way).
+        """
+import torch
+def autocast_state(device):
+    return {"enabled": torch.is_autocast_enabled(device), "dtype": torch.get_autocast_dtype(device)}
+class Checkpointed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, x):
+        ctx.run = run
+        ctx.autocast = autocast_state("cpu")
+        ctx.save_for_backward(x)
+        return run(x)
+""",
         # A number passed on to a torch function is no tensor: `save_for_backward(x, slope)` would
         # raise TypeError in forward.
         """
