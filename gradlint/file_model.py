@@ -16,6 +16,7 @@ import libcst as cst
 from gradlint import torch_api as api
 from gradlint.flow import _SCALAR_LIKE, AttributeStore, FunctionRole, ReturnValue, Walk, Walker, looks_like_module
 from gradlint.call_sites import CallSite, collect_call_sites
+from gradlint.trained_buffers import trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
@@ -315,6 +316,11 @@ class FileModel:
     def _function_class_defs(self) -> set[str]:
         """Function subclasses (custom ops are functions, with no .forward/.apply of their own)."""
         return {f.name for f in self.function_classes if isinstance(f.node, cst.ClassDef)}
+
+    @cached_property
+    def trained_buffers(self) -> set[str]:
+        """Containers backward is run through and that are then emptied (trained_buffers.py)."""
+        return trained_and_emptied([f for f, _, _ in self._all_functions], self.imports)
 
     @cached_property
     def call_sites(self) -> list[CallSite]:

@@ -9,6 +9,7 @@ import libcst as cst
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import ContainerAdd
 from gradlint.lifetimes import holder_name, outlives_step
+from gradlint.trained_buffers import container_key
 from gradlint.rewrites import is_display, kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
@@ -23,9 +24,10 @@ class GraphAppend(Rule):
     severity = Severity.ERROR
     summary = "a loss or model output kept in a list/dict that outlives the step"
     # A graph-attached value needs a backward() in the file or a model-like call (a training step
-    # driven by a framework: Lightning's training_step), and somewhere to keep it.
+    # driven by a framework: Lightning's training_step; a rollout keeping a policy's log_prob),
+    # and somewhere to keep it.
     markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
-               *((op, call) for op in ("append(", "insert(", "extend(", "] =", "+= [") for call in ("model(", "net(", "criterion(", "loss_fn(")))
+               *((op, call) for op in ("append(", "insert(", "extend(", "] =", "+= [") for call in ("model(", "net(", "criterion(", "loss_fn(", "log_prob(")))
     fix_safety = "unsafe"
     doc = """
 ## What it does
@@ -47,7 +49,11 @@ the step's activations and saved tensors: 658440 B/step in the reference model. 
 freed until the list goes.
 
 A list built across a loop inside one step (collect per-layer outputs, then `torch.cat`) is fine
-and not reported.
+and not reported. So is a list the file later runs backward through and then empties: an
+episode's log-probabilities in REINFORCE (`del policy.saved_log_probs[:]` after the update), the
+losses of gradient accumulation; the graphs are needed and go with each update. A list that is
+emptied every epoch but never trained through (a loss history for logging) is still reported: it
+holds an epoch of graphs for nothing.
 
 ## Example
 ```python
@@ -135,6 +141,34 @@ def train(model, loader, val_batch):
     for batch in loader:
         seen.append(loss_value(model, batch))
         val.append(val_loss(model, val_batch))
+""",
+        """
+import torch
+from torch.distributions import Categorical
+class Agent:
+    def act(self, state):
+        probs = self.policy(state)
+        action = torch.multinomial(probs, 1)
+        self.saved_log_probs.append(probs.gather(1, action).log())
+        return action.item()
+
+    def finish_episode(self, returns):
+        loss = torch.cat([-lp * r for lp, r in zip(self.saved_log_probs, returns)]).sum()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        del self.saved_log_probs[:]
+""",
+        """
+def train(model, loader, optimizer, accumulate):
+    pending = []
+    for i, (x, y) in enumerate(loader):
+        pending.append(model(x).sub(y).pow(2).mean())
+        if len(pending) == accumulate:
+            optimizer.zero_grad()
+            torch.stack(pending).mean().backward()
+            optimizer.step()
+            pending.clear()
 """,
         """
 import torch
@@ -245,6 +279,28 @@ def critic_step(critic, real, fake, eps):
     PENALTIES.append(gp.detach())
 """),
         Invalid("""
+from torch.distributions import Normal
+def rollout(policy, env, buffer, steps):
+    obs = env.reset()
+    for t in range(steps):
+        dist = Normal(policy(obs), 1.0)
+        action = dist.sample()
+        buffer.actions.append(action)
+        buffer.log_probs.append(dist.log_prob(action).sum())
+        obs = env.step(action)
+""", ("buffer.log_probs.append(dist.log_prob(action).sum())",)),
+        Invalid("""
+class Trainer:
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = self.criterion(self.model(x), y)
+                loss.backward()
+                self.epoch_losses.append(loss)
+            print(sum(l.item() for l in self.epoch_losses))
+            self.epoch_losses.clear()
+""", ("self.epoch_losses.append(loss)",)),
+        Invalid("""
 EMBEDDINGS = []
 def embed_batch(model, tokens):
     global EMBEDDINGS
@@ -269,6 +325,8 @@ def embed_batch(model, tokens):
                 why = outlives_step(event.scope, event.container_name, event.where)
                 if why is None:
                     continue
+                if event.container_name and container_key(event.container_name) in model.trained_buffers:
+                    continue  # an episode's log-probs, micro-batch losses: backward needs them, then they go
                 subject = holder_name(walk, event.container_name)
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
                     yield Hit(event.where.node, (

@@ -1,0 +1,172 @@
+"""Containers that hold graph-attached values on purpose: what backward is later run on, then emptied.
+
+REINFORCE and actor-critic keep each step's log-probability in a list until the episode ends,
+compute the loss from the list, call backward and empty it (PyTorch's own examples:
+`policy.saved_log_probs.append(m.log_prob(action))`, then `del policy.saved_log_probs[:]`);
+gradient accumulation does the same with a list of losses. The graphs are needed and freed each
+round: that is no leak. A list that backward never reads (a loss history for logging) leaks
+even when it is emptied every epoch, and one that is never emptied leaks whatever reads it.
+
+A container is named by its last attribute or its plain name (`policy.saved_log_probs` and
+`self.saved_log_probs` are the same list), the way the file would refer to it from any method.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from gradlint.names import dotted
+from gradlint.prescan import child_nodes
+
+_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_ADDING = frozenset({"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"})
+_EMPTYING = frozenset({"clear"})
+_NEW_CONTAINERS = frozenset({"list", "dict", "set", "deque", "collections.deque", "defaultdict",
+                             "collections.defaultdict", "OrderedDict", "collections.OrderedDict"})
+
+
+def container_key(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
+    """Keys of the containers some function runs backward through and some function (other
+    than the one that creates them in `__init__`) empties."""
+    trained: set[str] = set()
+    emptied: set[str] = set()
+    for function in functions:
+        facts = _Facts(function, imports)
+        trained |= facts.trained()
+        if function.name.value != "__init__":
+            emptied |= facts.emptied
+    return trained & emptied
+
+
+class _Facts:
+    """One function: what each name is computed from, what backward is called on, what it empties."""
+
+    def __init__(self, function: cst.FunctionDef, imports):
+        self.imports = imports
+        self.sources: dict[str, set[str]] = {}  # name -> names its values read (appends included)
+        self.roots: set[str] = set()
+        self.emptied: set[str] = set()
+        self._visit(function.body)
+
+    def trained(self) -> set[str]:
+        seen: set[str] = set()
+        todo = list(self.roots)
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            todo.extend(self.sources.get(name, ()))
+        return {container_key(name) for name in seen}
+
+    def _flows(self, target: str, value: cst.CSTNode) -> None:
+        self.sources.setdefault(target, set()).update(_read_names(value))
+
+    def _visit(self, node: cst.CSTNode) -> None:
+        if isinstance(node, _NESTED):
+            return
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._bind(target.target, node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            self._bind(node.target, node.value)
+        elif isinstance(node, cst.For):
+            self._bind(node.target, node.iter)
+        elif isinstance(node, cst.CompFor):
+            self._bind(node.target, node.iter)
+        elif isinstance(node, cst.Del):
+            self._delete(node.target)
+        elif isinstance(node, cst.Call):
+            self._call(node)
+        for child in child_nodes(node):
+            self._visit(child)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        for name in _target_names(target):
+            self._flows(name, value)
+        if isinstance(target, cst.Subscript):
+            container = dotted(target.value)
+            if container is not None:
+                self._flows(container, value)
+                if _whole_slice(target) and isinstance(value, (cst.List, cst.Dict)) and not value.elements:
+                    self.emptied.add(container_key(container))  # x[:] = []
+        elif isinstance(target, (cst.Name, cst.Attribute)) and _is_new_container(value, self.imports):
+            name = dotted(target)
+            if name is not None:
+                self.emptied.add(container_key(name))  # x = [] again: the old list goes
+
+    def _delete(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._delete(element.value)
+        elif isinstance(target, cst.Subscript) and _whole_slice(target):
+            name = dotted(target.value)
+            if name is not None:
+                self.emptied.add(container_key(name))  # del x[:]
+
+    def _call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            receiver = dotted(func.value)
+            method = func.attr.value
+            if receiver is not None and method in _ADDING:
+                for arg in node.args:
+                    self._flows(receiver, arg.value)
+            elif receiver is not None and method in _EMPTYING:
+                self.emptied.add(container_key(receiver))
+            elif method == "backward":
+                self.roots |= _read_names(func.value)
+        name = self.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        if name in ("torch.autograd.backward", "torch.autograd.grad") and node.args:
+            self.roots |= _read_names(node.args[0].value)
+
+
+def _target_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        name = dotted(target)
+        if name is not None:
+            yield name
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
+
+
+def _read_names(node: cst.CSTNode) -> set[str]:
+    """The names and dotted attribute chains an expression reads."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Lambda):
+            continue
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            name = dotted(current)
+            if name is not None:
+                found.add(name)
+                if isinstance(current, cst.Attribute):
+                    continue
+        stack.extend(child_nodes(current))
+    return found
+
+
+def _whole_slice(target: cst.Subscript) -> bool:
+    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Slice):
+        return False
+    whole = target.slice[0].slice
+    return whole.lower is None and whole.upper is None and whole.step is None
+
+
+def _is_new_container(value: cst.BaseExpression, imports) -> bool:
+    if isinstance(value, (cst.List, cst.Dict)) and not value.elements:
+        return True
+    if isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)):
+        return (imports.qualify(value.func) or "") in _NEW_CONTAINERS
+    return False
