@@ -685,6 +685,8 @@ class Walker:
             known = self.role.self_attributes.get(attr)
             if known is not None:
                 return known.with_(reads=frozenset(reads))
+        if base.kind is Kind.UNKNOWN and base.graph and not attr.startswith("_"):
+            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))  # dist.mean, dist.logits
         if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):
             # `model.last_logits` where Net.forward did `self.last_logits = logits`
             return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
@@ -842,6 +844,11 @@ class Walker:
                 return SCALAR
             if method == "detach":  # detached: whatever it was read from, it chains no graph
                 return DETACHED
+            if receiver.kind is Kind.UNKNOWN and receiver.graph:
+                # a distribution made from graph-attached parameters: log_prob, entropy, rsample
+                if method in api.DETACHING_METHODS or method in api.SCALAR_METHODS:
+                    return DETACHED if method in api.DETACHING_METHODS else SCALAR
+                return Val(Kind.TENSOR, graph=True, reads=receiver.reads)
             return None
         # A tensor method.
         if method in api.SCALAR_METHODS:
@@ -897,6 +904,10 @@ class Walker:
             create = keywords.get("create_graph")
             graph = create is not None and isinstance(create[0], cst.Name) and create[0].value == "True"
             return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=graph))
+        if api.is_distribution(name):
+            # Not a tensor, but it holds its parameters: what they carry, its methods give.
+            made = tensor(*(v for _, v in args))
+            return Val(graph=made.graph, reads=made.reads)
         if not api.is_tensor_op(name):
             return None
         sources = [v for _, v in args]

@@ -35,7 +35,8 @@ from gradlint.file_model import is_module_base
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
-                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_nn_module_class, is_tensor_op)
+                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_distribution, is_nn_module_class,
+                                is_tensor_op)
 
 
 def may_store_across_steps(tree: ast.Module) -> bool:
@@ -432,6 +433,8 @@ class _GraphValues:
             if receiver.tensor and method not in SCALAR_METHODS:
                 graph = method not in DETACHING_METHODS and (receiver.graph or receiver.parameter or passes_graph)
                 found |= _Kinds(tensor=True, graph=graph)
+            elif receiver.graph and method not in SCALAR_METHODS and method not in DETACHING_METHODS:
+                found |= _Kinds(tensor=True, graph=True)  # a distribution's log_prob, as flow reads it
             if method == "apply":  # an autograd Function's
                 found |= _Kinds(tensor=True, graph=passes_graph)
             found |= self._own_call(method, passes_graph)
@@ -453,6 +456,8 @@ class _GraphValues:
             return found._replace(module=found.module or (last[:1].isupper() and last not in NN_NOT_MODULES))
         if is_tensor_op(name):
             return found | _Kinds(tensor=True, graph=passes_graph)
+        if is_distribution(name):
+            return found | _Kinds(graph=passes_graph)
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
         return found

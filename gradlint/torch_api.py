@@ -169,6 +169,14 @@ def is_nn_module_class(name: str) -> bool:
     return last[:1].isupper() and last not in NN_NOT_MODULES
 
 
+def is_distribution(name: str) -> bool:
+    """A torch.distributions class (Normal, Categorical, ...): built from tensors, not one."""
+    if not name.startswith("torch.distributions."):
+        return False
+    last = name.rsplit(".", 1)[-1]
+    return last[:1].isupper()
+
+
 _SETTING_PREFIXES = ("torch.is_", "torch.are_", "torch.has_", "torch.get_", "torch.set_")
 
 

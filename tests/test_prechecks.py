@@ -291,6 +291,17 @@ KEPT_ACROSS_STEPS = {
                 loss = model(x).sum()
                 total = add(total, loss)
     """,
+    "a_distributions_log_prob_kept": """
+        import torch
+
+        class Buffer:
+            def add(self, obs, action):
+                dist = torch.distributions.Categorical(logits=self.policy(obs))
+                self.log_probs.append(dist.log_prob(action))
+
+            def update(self, loss):
+                loss.backward()
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
