@@ -518,6 +518,14 @@ class Walker:
                 literal_key = len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
                     isinstance(target.slice[0].slice.value, (cst.Integer, cst.SimpleString))
                 self._container_add(target.value, "setitem", value, line, overwrites=literal_key)
+            elif line is not None and isinstance(target.value, cst.Attribute) and value.holds_graph():
+                # `self.protos[c] = f`: a tensor written in place takes the value's graph into its
+                # grad_fn (CopySlices), on top of what the last write left: an update from itself.
+                owner = self.ev(target.value.value)
+                if owner.kind is not Kind.CTX:
+                    self.walk.events.append(AttributeStore(
+                        self._where(line), owner, dotted(target.value.value) or "?", target.value.attr.value,
+                        value, augmented=True, target=target.value))
 
     def _augmented(self, node: cst.AugAssign, line: cst.CSTNode) -> None:
         value = self.ev(node.value)

@@ -29,6 +29,10 @@ What torch 2.13 does, measured:
   step's graph to the previous one: the graph grows every step until the run dies.
 - A plain `self.cache = h` keeps one step's graph and activations alive until the next step
   overwrites it (a one-step delay, reported as a warning).
+- Writing into a buffer in place (`self.protos[c] = f.mean(0)`, a MoCo queue filled outside
+  `no_grad`) gives the buffer a grad_fn (CopySlices) on top of the last write's: the graph grows
+  by 4 nodes every step (406 nodes after 100 steps of a prototype update, measured) and is never
+  freed; a branch backward never runs through keeps its saved tensors too.
 
 Values computed under `torch.no_grad()`, `.detach()`ed values and buffer updates under
 `no_grad` are fine. A Module's forward inputs are not assumed graph-attached (precision first).
@@ -72,6 +76,25 @@ class Encoder(nn.Module):
         with torch.no_grad():
             self.ema = 0.99 * self.ema + 0.01 * h.mean(0)
         return h
+""",
+        """
+import torch
+from torch import nn
+class Queue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.key_encoder = nn.Linear(8, 8)
+        self.register_buffer("queue", torch.zeros(64, 8))
+        self.register_buffer("centers", torch.zeros(4, 8))
+    def forward(self, x, ptr, label):
+        with torch.no_grad():
+            keys = self.key_encoder(x)
+        self.queue[ptr:ptr + x.shape[0]] = keys
+        q = self.key_encoder(x)
+        self.centers[label] = q.detach().mean(0)
+        out = torch.zeros(4, 8)
+        out[label] = q.mean(0)
+        return q, out
 """,
         """
 import torch.nn as nn
@@ -131,6 +154,19 @@ class VectorQuantizer(nn.Module):
         self.commitment = commitment
         return zq
 """, ("self.commitment = commitment",)),
+        Invalid("""
+import torch
+import torch.nn as nn
+class Prototypes(nn.Module):
+    def __init__(self, classes, dim):
+        super().__init__()
+        self.encoder = nn.Linear(dim, dim)
+        self.register_buffer("protos", torch.zeros(classes, dim))
+    def forward(self, x, label):
+        f = self.encoder(x)
+        self.protos[label] = 0.9 * self.protos[label] + 0.1 * f.mean(0)
+        return f
+""", ("self.protos[label] = 0.9",)),
     )
 
     def precheck(self, tree) -> bool:
