@@ -298,6 +298,7 @@ _SUSPENDED_PREFIX = {types.GeneratorType: "gi_", types.CoroutineType: "cr_", typ
 _SUSPENDABLE = tuple(_SUSPENDED_PREFIX)
 _LRU_WRAPPER = getattr(functools, "_lru_cache_wrapper", None)  # the C wrapper; None where only the Python one exists
 _ABSENT = object()
+_REGISTRIES = ("_buffers", "_parameters", "_modules")  # where nn.Module keeps what `self.x` reads
 
 
 def _suspended_code(r):
@@ -328,14 +329,16 @@ def _classify(r, child, node: _Node, module_dicts) -> tuple[Holder | None, _Node
         holder = _holder_for_owner(r, node.attr)
         if holder is not None:
             return holder, None
+    # A module's buffer or parameter is named as the user reads it (`Proto.protos`), not by
+    # the registry dict torch keeps it in.
+    for registry in _REGISTRIES:
+        if node.attr and isinstance(child, dict) and getattr(r, registry, None) is child:
+            return _holder_for_owner(r, node.attr), None
     attr = _attribute_holding(r, child)
     if attr is not None:
         holder = _holder_for_owner(r, attr)
         if holder is not None:
             return holder, None
-    for registry in ("_buffers", "_parameters", "_modules"):
-        if getattr(r, registry, None) is child and node.attr:
-            return _holder_for_owner(r, node.attr), None
     if isinstance(r, types.FunctionType):
         if child is r.__defaults__ or child is r.__kwdefaults__:
             return _default_holder(r, child, node), None
@@ -353,6 +356,8 @@ def _through_dict(r: dict, child, node: _Node, module_dicts) -> tuple[Holder | N
     as_key = key is _ABSENT and any(k is child for k in dict.keys(r))
     if not isinstance(key, str):
         key = node.attr
+    elif key in _REGISTRIES and node.attr and isinstance(child, dict):
+        key = node.attr  # a module's buffer is `Proto.protos`, not `Proto._buffers`
     module = module_dicts.get(id(r))
     if module is not None:
         if key is None or key.startswith("__"):

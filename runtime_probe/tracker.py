@@ -173,21 +173,33 @@ class LiveStorageTracker(TorchDispatchMode):
             return  # sparse, meta without storage, or a subclass that refuses: nothing to count
         key = st._cdata
         if key in self.records:
+            if _allocates_nothing(func):
+                self._note_base(t)
             return
         record = StorageRecord(st, self._freed)
         record.key = key
         record.op = getattr(func, "__name__", None) or str(func)
         self.records[key] = record
-        if self.skipping and _allocates_nothing(func):
-            # Kept with no bytes, so later views of it are not taken for new storages either.
-            record.nbytes, record.step, record.file, record.line = 0, UNSEEN_STEP, "", 0
-            return
+        if _allocates_nothing(func):
+            self._note_base(t)
+            if self.skipping:
+                # Kept with no bytes, so later views of it are not taken for new storages either.
+                record.nbytes, record.step, record.file, record.line = 0, UNSEEN_STEP, "", 0
+                return
         record.nbytes = nbytes = st.nbytes()
         record.step = self.step
         record.file, record.line = self._user_line()
         self.live_bytes += nbytes
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
+
+    def _note_base(self, view: torch.Tensor) -> None:
+        """A view's base joins the tensors whose graphs are counted: a buffer made before the run
+        and written in place through a view (`self.protos[c] = f` in forward) is never an op's
+        output itself, yet its grad_fn (CopySlices) chains every step's graph."""
+        base = view._base
+        if base is not None and id(base) not in self._tensors:
+            self._tensors[id(base)] = weakref.ref(base)
 
     def _user_line(self) -> tuple[str, int]:
         frame = sys._getframe(3)

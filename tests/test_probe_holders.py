@@ -179,6 +179,15 @@ def test_a_local_list_of_a_suspended_generator_is_named_as_its_local():
     assert holder.line == case_line("history = []")
 
 
+def test_a_buffer_made_before_the_run_and_written_in_place_each_step_is_a_growing_graph():
+    # The buffer is no op's output while the probe runs, only the base of the view written into.
+    report = probe(case("buffer_written_in_place"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders
+    assert holder.subject == "Prototypes.protos" and holder.kind == "attribute"
+    assert holder.graph_nodes_per_step == pytest.approx(4.0)
+
+
 def test_mutable_default_arguments_are_named_by_their_parameters():
     report = probe(case("default_arguments"), steps=40)
     assert report.verdict is Verdict.RETAINED

@@ -84,6 +84,18 @@ def augment(x):
     return x + 0.01 * torch.randn_like(x)
 
 
+class Prototypes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(8, 4)
+        self.register_buffer("protos", torch.zeros(3, 4))
+
+    def forward(self, x, label):
+        f = self.encoder(x)
+        self.protos[label] = f.mean(0)  # outside no_grad: the buffer's grad_fn chains every write
+        return f
+
+
 def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
     seen.append(x)
     by_shape[len(seen)] = x * 2
@@ -91,6 +103,7 @@ def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
 
 
 lin = nn.Linear(8, 16)
+prototypes = Prototypes()
 recorder = Recorder()
 log = Log()
 vars(log)  # what copy, pickle or a debugger do: the instance's attributes now live in a dict
@@ -144,3 +157,7 @@ def param_group_each_step():
 
 def default_arguments():
     remember(torch.randn(16))  # kept by `seen` (64 B) and its double by `by_shape` (64 B)
+
+
+def buffer_written_in_place():
+    prototypes(torch.randn(4, 8), 1).pow(2).mean().backward()
