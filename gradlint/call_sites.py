@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradlint.names import code
+from gradlint.names import code, dotted
 from gradlint.prescan import child_nodes
-from gradlint.torch_api import TRAINING_ITERABLE
+from gradlint.torch_api import TRAINING_ITERABLE, makes_a_step
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,12 @@ def method_name(call: cst.Call) -> str | None:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 
 
+def _steps_optimizer(call: cst.Call) -> bool:
+    """`opt.step()`, `opt.zero_grad()`; not `env.step(action)`."""
+    method = method_name(call)
+    return method in ("step", "zero_grad") and makes_a_step(method, dotted(call.func.value))
+
+
 def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
 
@@ -71,7 +77,7 @@ def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | No
     """The loop whose one iteration is the training step the call runs in: the innermost around it
     that steps an optimizer or goes over a loader/dataset/epochs (a loop over the step's losses or
     heads is part of one step). None: the function is the step, or there is no loop."""
-    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
+    optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
     for loop in reversed(site.loops):
         iterable = loop.iter if isinstance(loop, cst.For) else loop.test
         if any(loop in s.loops for s in optimizer_calls) or TRAINING_ITERABLE.search(code(iterable)):
@@ -86,7 +92,7 @@ def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     A loop over a model's outputs or over devices inside one step is not one."""
     if site.loops:
         return step_loop(site, sites) is not None
-    optimizer_calls = [s for s in sites if method_name(s.call) in ("step", "zero_grad")]
+    optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
     # Outside loops, the function is one step unless it steps the optimizer inside a training loop
     # of its own (over a loader, or calling backward): then the call runs once, before or after
     # that loop. A loop over optimizers (`for opt in opts: opt.step()`) is still inside one step.

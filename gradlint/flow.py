@@ -518,6 +518,11 @@ class Walker:
                 literal_key = len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
                     isinstance(target.slice[0].slice.value, (cst.Integer, cst.SimpleString))
                 self._container_add(target.value, "setitem", value, line, overwrites=literal_key)
+            elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
+                # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
+                name = target.value.value
+                self.walk.events.append(NameStore(self._where(line), name, self.scope_of(name), value,
+                                                  augmented=True, chained=True))
             elif line is not None and isinstance(target.value, cst.Attribute) and value.holds_graph():
                 # `self.protos[c] = f`: a tensor written in place takes the value's graph into its
                 # grad_fn (CopySlices), on top of what the last write left: an update from itself.
@@ -912,6 +917,10 @@ class Walker:
             create = keywords.get("create_graph")
             graph = create is not None and isinstance(create[0], cst.Name) and create[0].value == "True"
             return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=graph))
+        if name in api.CHECKPOINT_FUNCTIONS and positional:
+            function = positional[0]
+            called = Val(graph=True) if function.kind is Kind.MODULE else UNKNOWN
+            return tensor(*positional[1:], called)
         if api.is_distribution(name):
             # Not a tensor, but it holds its parameters: what they carry, its methods give.
             made = tensor(*(v for _, v in args))

@@ -33,10 +33,10 @@ from typing import Iterator, NamedTuple
 
 from gradlint.file_model import is_module_base
 from gradlint.flow import looks_like_module
-from gradlint.torch_api import (CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
+from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
-                                STEP_METHODS, TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_distribution, is_nn_module_class,
-                                is_tensor_op)
+                                TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_distribution, is_nn_module_class, is_tensor_op,
+                                makes_a_step)
 
 
 def may_store_across_steps(tree: ast.Module) -> bool:
@@ -458,6 +458,8 @@ class _GraphValues:
             return found | _Kinds(tensor=True, graph=passes_graph)
         if is_distribution(name):
             return found | _Kinds(graph=passes_graph)
+        if name in CHECKPOINT_FUNCTIONS and e.args:
+            return found | _Kinds(tensor=True, graph=passes_graph or self._kinds(e.args[0]).module)
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
         return found
@@ -686,7 +688,7 @@ class _FileFacts:
                 scope.calls_backward = True
             if method in MODULE_ONLY_METHODS and isinstance(func.value, ast.Name):
                 scope.module_uses.add(func.value.id)
-            if method in STEP_METHODS:
+            if makes_a_step(method, _dotted(func.value)):
                 scope.step_loops.update(map(id, loops))
             if method in CONTAINER_STORING_METHODS:
                 arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))

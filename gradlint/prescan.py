@@ -199,7 +199,7 @@ class Prescan:
                 self._tensor_args(node, api.TENSOR_FUNCTION_POSITIONS.get(method, (0,)))
             if method == "backward":
                 self.backward_roots.update(_roots(func.value))
-            if method in api.STEP_METHODS:
+            if api.makes_a_step(method, dotted(func.value)):
                 self.step_loops.update(id(loop) for loop in self._loops)
             if method in api.SHAPE_TAKING_METHODS:
                 # torch.softmax(scores, dim): the function form takes the tensor first

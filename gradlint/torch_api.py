@@ -126,6 +126,7 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     "sum", "mean", "float", "double", "half", "int", "bool", "detach", "requires_grad_", "zero_",
     "fill_", "add_", "mul_", "copy_", "clamp", "pow", "sqrt", "softmax", "log_softmax", "norm",
     "argmax", "argmin", "nonzero", "unique", "cumsum", "repeat_interleave", "flip", "roll", "t",
+    "sign", "sgn", "neg", "reciprocal", "rsqrt", "square", "tril", "triu", "diag", "trace",
 })
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
 # Which positional arguments must be tensors (counted from 0, after the receiver for a method):
@@ -167,6 +168,10 @@ def is_nn_module_class(name: str) -> bool:
         return False
     last = name.rsplit(".", 1)[-1]
     return last[:1].isupper() and last not in NN_NOT_MODULES
+
+
+# Run a module or function on the arguments, recomputing it in backward: the output is that call's.
+CHECKPOINT_FUNCTIONS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
 
 
 def is_distribution(name: str) -> bool:
@@ -249,6 +254,16 @@ SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})
 # Methods only an nn.Module has: their receiver is a module (`optim.Adam(netG.parameters())`).
 MODULE_ONLY_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children",
                                  "named_children", "buffers", "named_buffers"})
-TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches", re.IGNORECASE)
+# `iterator` and `episodes` are what torchtext's seq2seq tutorials and RL loops iterate.
+TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches|iterator|episodes", re.IGNORECASE)
 # Calls that make the loop around them a training loop.
 STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
+# `env.step(action)` advances a simulator, not an optimizer: a rollout loop is inside one update.
+_SIMULATOR = re.compile(r"^(env|envs|environment|vec_env|venv|sim|simulator|game|world)$", re.IGNORECASE)
+
+
+def makes_a_step(method: str, receiver: str | None) -> bool:
+    """Whether `receiver.method(...)` makes the loop around it a training loop."""
+    if method not in STEP_METHODS:
+        return False
+    return method != "step" or receiver is None or not _SIMULATOR.match(receiver.rsplit(".", 1)[-1])

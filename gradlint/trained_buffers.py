@@ -51,8 +51,19 @@ class _Facts:
         self.imports = imports
         self.sources: dict[str, set[str]] = {}  # name -> names its values read (appends included)
         self.roots: set[str] = set()
-        self.emptied: set[str] = set()
+        self._explicitly_emptied: set[str] = set()  # clear(), del x[:], x[:] = []
+        self._made: list[tuple[str, bool]] = []  # x = [] (the key, whether inside a loop)
+        self._added: set[str] = set()
+        self._loops = 0
         self._visit(function.body)
+
+    @property
+    def emptied(self) -> set[str]:
+        """`x = []` empties a container only where it is no creation: in a loop (a new one each
+        episode), or in a function that does not fill it (REINFORCE's finish_episode); the list
+        an XBM memory starts from, made before the loop that fills it, is never emptied."""
+        rebound = {key for key, in_loop in self._made if in_loop or key not in self._added}
+        return self._explicitly_emptied | rebound
 
     def trained(self) -> set[str]:
         seen: set[str] = set()
@@ -71,13 +82,17 @@ class _Facts:
     def _visit(self, node: cst.CSTNode) -> None:
         if isinstance(node, _NESTED):
             return
+        if isinstance(node, (cst.For, cst.While)):
+            self._loops += 1
+            self._visit(node.body)
+            self._loops -= 1
+            self._visit_header(node)
+            return
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 self._bind(target.target, node.value)
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
             self._bind(node.target, node.value)
-        elif isinstance(node, cst.For):
-            self._bind(node.target, node.iter)
         elif isinstance(node, cst.CompFor):
             self._bind(node.target, node.iter)
         elif isinstance(node, cst.Del):
@@ -87,7 +102,22 @@ class _Facts:
         for child in child_nodes(node):
             self._visit(child)
 
+    def _visit_header(self, node: cst.For | cst.While) -> None:
+        """A loop's header and else block: run once around the body, not in it."""
+        if isinstance(node, cst.For):
+            self._bind(node.target, node.iter)
+            self._visit(node.iter)
+        else:
+            self._visit(node.test)
+        if node.orelse is not None:
+            self._visit(node.orelse)
+
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+                and len(target.elements) == len(value.elements):
+            for t, v in zip(target.elements, value.elements):  # `values, rewards = [], []`
+                self._bind(t.value, v.value)
+            return
         for name in _target_names(target):
             self._flows(name, value)
         if isinstance(target, cst.Subscript):
@@ -95,11 +125,11 @@ class _Facts:
             if container is not None:
                 self._flows(container, value)
                 if _whole_slice(target) and isinstance(value, (cst.List, cst.Dict)) and not value.elements:
-                    self.emptied.add(container_key(container))  # x[:] = []
+                    self._explicitly_emptied.add(container_key(container))  # x[:] = []
         elif isinstance(target, (cst.Name, cst.Attribute)) and _is_new_container(value, self.imports):
             name = dotted(target)
             if name is not None:
-                self.emptied.add(container_key(name))  # x = [] again: the old list goes
+                self._made.append((container_key(name), self._loops > 0))
 
     def _delete(self, target: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -108,7 +138,7 @@ class _Facts:
         elif isinstance(target, cst.Subscript) and _whole_slice(target):
             name = dotted(target.value)
             if name is not None:
-                self.emptied.add(container_key(name))  # del x[:]
+                self._explicitly_emptied.add(container_key(name))  # del x[:]
 
     def _call(self, node: cst.Call) -> None:
         func = node.func
@@ -116,10 +146,11 @@ class _Facts:
             receiver = dotted(func.value)
             method = func.attr.value
             if receiver is not None and method in _ADDING:
+                self._added.add(container_key(receiver))
                 for arg in node.args:
                     self._flows(receiver, arg.value)
             elif receiver is not None and method in _EMPTYING:
-                self.emptied.add(container_key(receiver))
+                self._explicitly_emptied.add(container_key(receiver))
             elif method == "backward":
                 self.roots |= _read_names(func.value)
         name = self.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None

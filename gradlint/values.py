@@ -85,8 +85,9 @@ SCALAR = Val(Kind.SCALAR)
 
 
 def tensor(*sources: Val, int64: bool = False, keep_graph: bool = True) -> Val:
-    """A new tensor computed from `sources`: graph-attached if any source is, or is a parameter."""
-    graph = keep_graph and any(s.graph or s.param or _members_graph(s) for s in sources)
+    """A new tensor computed from `sources`: graph-attached if any source is, or is a parameter.
+    An integer tensor never is (`logits.argmax(1)`: integer outputs never require grad)."""
+    graph = keep_graph and not int64 and any(s.graph or s.param or _members_graph(s) for s in sources)
     reads = frozenset().union(*(s.reads for s in sources)) if sources else frozenset()
     return Val(Kind.TENSOR, graph=graph, int64=int64, reads=reads)
 

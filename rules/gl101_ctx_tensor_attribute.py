@@ -191,6 +191,19 @@ class NotAutograd:
     INVALID = (
         Invalid("""
 import torch
+class BinaryLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x)
+        ctx.weight = weight
+        return x @ weight.sign().t()
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return grad @ ctx.weight.sign(), grad.t() @ x
+""", ("ctx.weight = weight",)),
+        Invalid("""
+import torch
 class ExpAndDouble(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):

@@ -110,6 +110,20 @@ class Net(nn.Module):
     INVALID = (
         Invalid("""
 import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(8, 8)
+        self.register_buffer("running", torch.zeros(8))
+    def forward(self, x):
+        x = checkpoint(self.inner, x, use_reentrant=False)
+        self.running = 0.9 * self.running + 0.1 * x.mean(0)
+        return x
+""", ("self.running = 0.9",)),
+        Invalid("""
+import torch
 import torch.nn as nn
 class Encoder(nn.Module):
     def __init__(self):

@@ -82,6 +82,30 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # Integer outputs never require grad; a rollout's lists are made anew for each update and
+        # trained through by it (`env.step` advances a simulator, not an optimizer).
+        """
+import torch
+def train(model, loader, opt, env, obs):
+    predictions = []
+    for x, y in loader:
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        predictions.append(logits.argmax(1))
+    for update in range(100):
+        values, rewards = [], []
+        for t in range(5):
+            values.append(model(obs))
+            obs, reward = env.step(0)
+            rewards.append(reward)
+        loss = torch.stack(values).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+""",
         # A frozen teacher's outputs, argmax indices, an action sampled from a policy: no graph.
         """
 import torch
@@ -180,6 +204,20 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        Invalid("""
+import torch
+def train_with_memory(model, loader, opt):
+    memory = []
+    for x, y in loader:
+        emb = model(x)
+        loss = emb.pow(2).mean()
+        if memory:
+            loss = loss + (emb @ torch.cat(memory).t()).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        memory.append(emb)
+""", ("memory.append(emb)",)),
         Invalid("""
 import torch.nn.functional as F
 def compute_loss(model, batch):

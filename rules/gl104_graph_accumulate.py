@@ -122,6 +122,23 @@ class Stateful:
     INVALID = (
         Invalid("""
 import torch
+def train(model, loader, opt, n):
+    per_sample_loss = torch.zeros(n)
+    for idx, x in loader:
+        losses = model(x).pow(2).mean(dim=1)
+        per_sample_loss[idx] = losses
+        opt.zero_grad()
+        losses.mean().backward()
+        opt.step()
+
+def evaluate(model, iterator, criterion):
+    total = 0
+    for src, trg in iterator:
+        total += criterion(model(src), trg)
+    return total / len(iterator)
+""", ("per_sample_loss[idx] = losses", "total += criterion(model(src), trg)")),
+        Invalid("""
+import torch
 from torch import nn
 class Regressor(nn.Module):
     def __init__(self, steps):
