@@ -130,7 +130,7 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                 # ~165k objects torch itself owns); objects made after warm-up are still seen.
                 gc.freeze()
                 frozen = True
-            elif i > warmup and (i - warmup) % run.gc_every == 0 and i < steps:
+            elif plan.collects(i):
                 if attribute and not attributed_reclaim and run.tracked_between(warmup, i - 1) >= 1:
                     # Still frozen: gc.get_referrers does not see what existed at the end of
                     # warm-up, but a cycle gc.collect() can free was made after it, and unfreezing

@@ -9,7 +9,9 @@ the last two, so every graph count sees the newest tensors.
 
 With `track_every=None` the stride comes from timing the step with and without the tracker in the
 last warm-up steps. A leak that happens only on some steps (every 10th, say) is measured on the
-tracked steps it lands on, so `track_every=1` is the setting for irregular leaks. A skipped step's
+tracked steps it lands on; which step of each block of K is tracked moves from block to block, so
+a leak that repeats every few steps is sampled on all its phases (`track_every=1` stays the exact
+setting for irregular leaks). A skipped step's
 storages a tracked step meets later through a view or `detach` (backward through a graph chained
 across steps does) are charged to no step: see tracker.py.
 """
@@ -34,6 +36,7 @@ class StridePlan:
     warmup: int
     track_every: int | None  # None: choose after warm-up
     every: int = 1
+    interval: int = 1  # steps between collections after warm-up: a multiple of `every`
     _timed: dict[bool, list[float]] = field(default_factory=lambda: {True: [], False: []})
 
     def __post_init__(self) -> None:
@@ -49,7 +52,18 @@ class StridePlan:
             # Odd distance from the end of warm-up: untracked. The last warm-up step is tracked,
             # so the baseline collection sees the newest tensors.
             return not (self._calibrating(i) and (self.warmup - i) % 2 == 1)
-        return (i - self.warmup) % self.every == 0 or i > self.steps - 2
+        if i > self.steps - 2:
+            return True
+        block, position = divmod(i - self.warmup - 1, self.every)
+        return position == _position(block, self.every)
+
+    def collects(self, i: int) -> bool:
+        """Whether a collection follows step i (after warm-up): one per `interval` steps, right
+        after the tracked step of the interval's last block, so it sees that step's tensors."""
+        if i <= self.warmup or i >= self.steps or not self.tracked(i):
+            return False
+        block = (i - self.warmup - 1) // self.every
+        return (block + 1) % max(1, self.interval // self.every) == 0
 
     def observe(self, i: int, tracked: bool, seconds: float) -> None:
         if self._calibrating(i):
@@ -64,4 +78,14 @@ class StridePlan:
             self.every = max(1, min(wanted, (measured - 2) // MIN_TRACKED))
         # At least four collections after warm-up: a growing graph is judged on the collected series.
         interval = max(1, min(collect_every, measured // 4))
-        return max(self.every, interval // self.every * self.every)
+        self.interval = max(self.every, interval // self.every * self.every)
+        return self.interval
+
+
+def _position(block: int, every: int) -> int:
+    """Which step of a block of `every` is tracked: spread by a fixed hash, not always the last.
+    A fixed phase aliases with a leak that repeats every few steps: with one step in 3 tracked, a
+    leak every third step read 3x its rate on one phase and nothing on the other two (measured);
+    a position that moves from block to block samples every phase alike, so the mean per tracked
+    step is the true rate."""
+    return (block * 0x9E3779B1 >> 16) % every if every > 1 else 0

@@ -52,11 +52,29 @@ def test_the_stride_leaves_enough_tracked_steps_and_collections_land_on_tracked_
     assert interval % plan.every == 0
     measured = [i for i in range(11, 101) if plan.tracked(i)]
     assert len(measured) >= MIN_TRACKED
-    assert all(plan.tracked(i) for i in range(11, 101) if (i - 10) % interval == 0)
+    collections = [i for i in range(11, 101) if plan.collects(i)]
+    assert all(plan.tracked(i) for i in collections)
+    assert len(collections) >= 4  # the graph is judged on the collected series
+    assert all(interval - plan.every < b - a < interval + plan.every for a, b in zip(collections, collections[1:]))
     assert plan.tracked(99) and plan.tracked(100)  # the last two: the final graph count sees them
     short = calibrated(tracked_s=50e-3, bare_s=1.0e-3, steps=40)
     short.decide(10)
     assert short.every == 1
+
+
+@pytest.mark.parametrize("every", [2, 3, 4, 5])
+def test_one_step_of_each_block_is_tracked_and_which_one_moves(every):
+    plan = StridePlan(400, 10, every)
+    plan.decide(10)
+    positions = []
+    for block in range((400 - 10 - 2) // every):
+        first = 11 + block * every
+        on = [i - first for i in range(first, first + every) if plan.tracked(i)]
+        assert len(on) == 1
+        positions.append(on[0])
+    # A fixed position aliases with a leak every `every` steps; every position is used about alike.
+    counts = [positions.count(p) for p in range(every)]
+    assert min(counts) >= 0.6 * len(positions) / every
 
 
 torch = pytest.importorskip("torch")
@@ -137,3 +155,20 @@ def test_with_a_stride_clean_code_stays_clean_over_repeated_runs():
 def test_track_every_must_be_positive():
     with pytest.raises(ValueError, match="track_every"):
         probe(step("clean_step"), steps=12, track_every=0)
+
+
+@pytest.mark.parametrize("phase", [0, 1, 2])
+def test_a_leak_every_third_step_is_measured_on_every_phase_with_a_stride_of_three(phase):
+    # With the tracked step always last in its block this read 4.0 KiB/step on one phase and
+    # clean on the other two; the true rate is 1024 B every third step.
+    kept = []
+    counter = [0]
+
+    def every_third():
+        counter[0] += 1
+        if counter[0] % 3 == phase:
+            kept.append(torch.zeros(256))
+
+    report = probe(every_third, steps=100, track_every=3)
+    assert report.verdict is Verdict.RETAINED
+    assert report.bytes_per_step == pytest.approx(1024 / 3, rel=0.5)
