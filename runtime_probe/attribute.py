@@ -422,8 +422,9 @@ def _closure_holder(function: types.FunctionType, child, node: _Node) -> Holder 
     bound = _global_names_of(function)
     file, line = _source_line(function)
     through = f" (the global {bound[0]!r})" if bound else ""
+    # The static findings name it by the variable, as the enclosing function's source does.
     return Holder("closure", f"{bound[0] if bound else function.__qualname__}.<closure {variable}>", file, line,
-                  f"closure variable {variable!r} of {function.__qualname__}{through}")
+                  f"closure variable {variable!r} of {function.__qualname__}{through}", aliases=[variable])
 
 
 def _default_holder(function: types.FunctionType, defaults, node: _Node) -> Holder | None:

@@ -166,6 +166,7 @@ def test_a_list_a_closure_captured_is_named_by_the_global_function_and_the_varia
     report = probe(case("closure_list"), steps=40)
     (holder,) = report.holders
     assert holder.subject == "log_tensor.<closure buffer>" and holder.kind == "closure"
+    assert holder.aliases == ["buffer"]  # as GL103 names the list: the cross-check joins on it
     assert "make_logger.<locals>.log" in holder.detail
     assert Path(holder.file).samefile(CASES) and holder.line == case_line("def log(t)")
 
