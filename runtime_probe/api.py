@@ -127,7 +127,9 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     collected = collected[since:]
     slope = robust_slope([s for s, _ in collected], [b for _, b in collected]) if len(collected) >= 2 else 0.0
     retained_bytes = slope if slope > 0 else run.survivor_bytes / tracked
-    late = (not spread.steady and start is not None and since > 0
+    # Began after the first collection past warm-up, and rose at every collection since: measured
+    # from its start (a leak from step 40 of 80 still has survivors in three quarters of the run).
+    late = (start is not None and since > 0
             and keeps_climbing([c.live_after for c in series[since:]]))
     if late:  # the windows' slope would count the steps of the first window before the start
         retained_bytes = ((series[-1].live_after - series[since].live_after)
@@ -158,8 +160,12 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
         what = []
         tracked_word = "tracked " if run.track_every > 1 else ""
         if late and retained_bytes > 0:
-            what.append(f"{retained_bytes:.0f} B/step survive gc.collect() since step {start} (from "
-                        f"{spread.steps_with_survivors} of the {run.tracked_between(start - 1, last_counted)} "
+            since_start = sum(1 for s in run.survivor_steps if start <= s <= last_counted)
+            # With a stride the leak began after the last tracked step that left nothing.
+            before = max((i for i in range(run.warmup + 1, start) if run.step_tracked[i - 1]), default=start - 1)
+            began = f"step {start}" if before == start - 1 else f"a step from {before + 1} to {start}"
+            what.append(f"{retained_bytes:.0f} B/step survive gc.collect() since {began} (from "
+                        f"{since_start} of the {run.tracked_between(start - 1, last_counted)} "
                         f"{tracked_word}steps since; none before): a leak that began late in the run")
         elif spread.steady and retained_bytes > 0:
             what.append(f"{retained_bytes:.0f} B/step survive gc.collect() (from {spread.steps_with_survivors} of {spread.measured_steps} "
@@ -167,8 +173,9 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
         if graph_grows:
             what.append(f"the autograd graph held by live tensors grows by {node_slope:.1f} nodes/step")
         reason = "; ".join(what)
-        if late and not spread.steady:
-            confidence = round(min(1.0, spread.steps_with_survivors / max(1, run.tracked_between(start - 1, last_counted))), 2)
+        if late:
+            since_start = sum(1 for s in run.survivor_steps if start <= s <= last_counted)
+            confidence = round(min(1.0, since_start / max(1, run.tracked_between(start - 1, last_counted))), 2)
         else:
             confidence = spread.confidence if spread.steady else round(_up_fraction(nodes), 2)
         bytes_per_step = retained_bytes if spread.steady or late else max(0.0, retained_bytes)

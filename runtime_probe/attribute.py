@@ -128,6 +128,9 @@ def _instance_attribute(owner, attr: str, kind: str) -> Holder:
         if user is not None:  # `self.opt = Adam(...)` in the user's Trainer: Trainer.opt.state
             user_cls, name = user
             user_file, user_line = _source_line(user_cls)
+            if _is_torch_container(owner):  # `self.extra = nn.ParameterList()`: the list is the holder
+                return Holder("attribute", f"{user_cls.__name__}.{name}", user_file, user_line,
+                              f"item {attr!r} of the {cls.__name__} {name!r} of a {user_cls.__name__}")
             return Holder("attribute", f"{user_cls.__name__}.{name}.{attr}", user_file, user_line,
                           f"{kind} {attr!r} of {qualified} (attribute {name!r} of a {user_cls.__name__})")
         return Holder("attribute", f"{cls.__name__}.{attr}", "", 0, f"{kind} {attr!r} of a {qualified}")
@@ -142,7 +145,10 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
     the attribute is read with dict.items, so no user code runs."""
     for referrer in gc.get_referrers(owner):
         if type(referrer) is dict:
-            instances = [h for h in gc.get_referrers(referrer) if getattr(h, "__dict__", None) is referrer]
+            instances = [h for h in gc.get_referrers(referrer)
+                         if getattr(h, "__dict__", None) is referrer or _registry_of(h, referrer)]
+            instances += [h for d in gc.get_referrers(referrer) if type(d) is dict
+                          for h in gc.get_referrers(d) if getattr(h, "__dict__", None) is d and _registry_of(h, referrer)]
         else:
             instances = [referrer]
         for instance in instances:
@@ -153,9 +159,27 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
             if isinstance(file, str) and _is_user_file(file):
                 attrs = vars(instance)
                 name = next((k for k, v in dict.items(attrs) if v is owner and isinstance(k, str)), None)
+                for registry in _REGISTRIES:  # a submodule is kept in the module's _modules
+                    held = dict.get(attrs, registry)
+                    if name is None and type(held) is dict:
+                        name = next((k for k, v in dict.items(held) if v is owner and isinstance(k, str)), None)
                 if name is not None:
                     return type(instance), name
     return None
+
+
+def _registry_of(instance, registry: dict) -> bool:
+    """Whether `registry` is one of an nn.Module's _modules/_parameters/_buffers dicts."""
+    attrs = getattr(instance, "__dict__", None)
+    return type(attrs) is dict and any(dict.get(attrs, name) is registry for name in _REGISTRIES)
+
+
+def _is_torch_container(owner) -> bool:
+    import torch
+
+    containers = (torch.nn.ParameterList, torch.nn.ParameterDict, torch.nn.ModuleList, torch.nn.ModuleDict,
+                  torch.nn.Sequential)
+    return isinstance(owner, containers)
 
 
 @functools.lru_cache(maxsize=1)

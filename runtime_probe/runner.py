@@ -20,6 +20,7 @@ from . import graph, signals
 from .attribute import Holder, display_path, find_holders
 from .stride import StridePlan
 from .tracker import LiveStorageTracker, StorageRecord
+from .verdict import leak_start
 
 
 @dataclass
@@ -217,6 +218,19 @@ def _tensors_by_storage(tracker: LiveStorageTracker, keys: set[int]) -> dict[int
         key = tracker.storage_key(t)
         if key in keys:
             found[key].append(t)
+    missing = keys - found.keys()
+    if missing:
+        # A tensor object no op returned shares the storage: `nn.Parameter(torch.zeros(n))` makes
+        # a new Python object on the zeros' storage, and the zeros tensor itself is gone. Only the
+        # collector's list of objects finds it (once, for what is still unnamed).
+        import torch
+
+        for obj in gc.get_objects():
+            # type(), not isinstance: isinstance reads __class__, which some module objects warn on
+            if issubclass(type(obj), torch.Tensor):
+                key = tracker.storage_key(obj)
+                if key in missing:
+                    found[key].append(obj)
     return found
 
 
@@ -280,11 +294,16 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     records = {id(r): r for r in survivors}
     keyed = {k: r for k, r in list(tracker.records.items()) if id(r) in records}
     records = keyed
-    measured = max(1, run.tracked_between(run.warmup, run.steps_done - 2))
+    last = run.steps_done - 2
+    measured = max(1, run.tracked_between(run.warmup, last))
     holders = []
     grouped = _adopt_saved(tracker, _holders_for(tracker, records), named_roots)
     for holder, keys in grouped.values():
-        holder.bytes_per_step = sum(records[k].nbytes for k in keys) / measured
+        # A holder that began to fill late is measured from then, as the headline is.
+        start = leak_start({records[k].step for k in keys}, run.warmup + 1, last,
+                           lambda s: run.tracked_between(s - 1, last))
+        since = max(1, run.tracked_between(start - 1, last)) if start is not None else measured
+        holder.bytes_per_step = sum(records[k].nbytes for k in keys) / since
         holder.verdict = "retained"
         holders.append(holder)
     holders.sort(key=lambda h: -h.bytes_per_step)

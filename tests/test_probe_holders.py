@@ -189,6 +189,15 @@ def test_a_buffer_made_before_the_run_and_written_in_place_each_step_is_a_growin
     assert holder.graph_nodes_per_step == pytest.approx(4.0)
 
 
+def test_a_parameter_list_that_grows_from_a_late_step_is_named_and_measured_from_then():
+    report = probe(case("parameter_list_from_call_30"), steps=60, track_every=1)
+    assert report.verdict is Verdict.RETAINED and "since step 30" in report.reason
+    (holder,) = report.holders
+    assert holder.subject == "Adapters.extra" and holder.line == case_line("class Adapters")
+    # From its start, like the headline: not averaged over the 19 steps before it.
+    assert holder.bytes_per_step == pytest.approx(256.0) and report.bytes_per_step == pytest.approx(256.0)
+
+
 def test_mutable_default_arguments_are_named_by_their_parameters():
     report = probe(case("default_arguments"), steps=40)
     assert report.verdict is Verdict.RETAINED

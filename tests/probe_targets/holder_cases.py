@@ -96,6 +96,12 @@ class Prototypes(nn.Module):
         return f
 
 
+class Adapters(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.extra = nn.ParameterList()
+
+
 def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
     seen.append(x)
     by_shape[len(seen)] = x * 2
@@ -103,6 +109,8 @@ def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
 
 
 lin = nn.Linear(8, 16)
+adapters = Adapters()
+calls = [0]
 prototypes = Prototypes()
 recorder = Recorder()
 log = Log()
@@ -161,3 +169,9 @@ def default_arguments():
 
 def buffer_written_in_place():
     prototypes(torch.randn(4, 8), 1).pow(2).mean().backward()
+
+
+def parameter_list_from_call_30():
+    calls[0] += 1
+    if calls[0] >= 30:  # nn.Parameter makes a new tensor object on the zeros' storage: no op returns it
+        adapters.extra.append(nn.Parameter(torch.zeros(64)))  # 256 B
