@@ -143,10 +143,29 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     reclaiming = sum(1 for r in reclaims if r > 0)
     delayed = reclaiming >= max(1, len(reclaims) // 2)
 
-    level = levelled_off([c.live_after for c in series])
+    # How many tracked steps apart the survivors' steps are: a sparse leak is quiet that long.
+    # (A one-off fill has too few survivors to say.)
+    gap = spread.measured_steps / spread.steps_with_survivors if spread.steps_with_survivors >= 3 else 1.0
+    level = levelled_off([c.live_after for c in series], [c.tracked for c in series], gap)
+    # One tensor re-made bigger every step: no earlier step's storage survives, yet the live set
+    # rises at every collection, by the same amount per step (measured on all steps: the newest
+    # copy holds what every step, tracked or not, appended).
+    regrown = (not spread.steady and not late and level is None and len(series) >= 5
+               and keeps_climbing([c.live_after for c in series]))
+    regrown_bytes = robust_slope([c.step for c in series], [c.live_after for c in series]) if regrown else 0.0
 
     holders: list[Holder] = []
-    if (spread.steady or late) and retained_bytes > 0 and level is None or graph_grows:
+    if regrown and regrown_bytes > 0 and not graph_grows:
+        verdict = Verdict.RETAINED
+        holders = list(run.regrown_holders)
+        for h in holders:
+            h.bytes_per_step, h.verdict = regrown_bytes, "retained"
+        bytes_per_step = regrown_bytes
+        reason = (f"live tensors after collection rose at every one of the {len(series) - 1} collections, "
+                  f"{regrown_bytes:.0f} B/step, though no earlier step's tensors survive: one tensor made "
+                  "anew and bigger each step (torch.cat onto itself)")
+        confidence = 1.0
+    elif (spread.steady or late) and retained_bytes > 0 and level is None or graph_grows:
         verdict = Verdict.RETAINED
         holders = list(run.retained_holders)
         if graph_grows:

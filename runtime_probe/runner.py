@@ -60,6 +60,7 @@ class Run:
     reclaimed_holders: list[Holder] = field(default_factory=list)  # what held storages gc.collect() freed
     retained_holders: list[Holder] = field(default_factory=list)
     graph_holders: list[Holder] = field(default_factory=list)
+    regrown_holders: list[Holder] = field(default_factory=list)  # see _regrown
     _tracked_upto: list[int] = field(default_factory=lambda: [0], repr=False)  # [i]: tracked among steps 1..i
 
     @property
@@ -176,6 +177,7 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                 run.retained_holders = _attribute(tracker, survivors, run, named_roots)
                 run.graph_holders = _by_subject(h for _, h in named_roots)
                 del named_roots
+                run.regrown_holders = _regrown(tracker, run, last)
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
@@ -184,6 +186,21 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
         if was_enabled:
             gc.enable()
     return run
+
+
+def _regrown(tracker: LiveStorageTracker, run: Run, last: int) -> list[Holder]:
+    """The holder of the biggest storage the last steps made, when the live set rose at every
+    collection: one tensor made anew and bigger each step (`self.hist = torch.cat([self.hist, row])`)
+    leaves no survivor from an earlier step, only a newest one that keeps growing."""
+    after = [c.live_after for c in run.collections if c.step >= run.warmup]
+    if len(after) < 5 or not all(b > a for a, b in zip(after, after[1:])):
+        return []
+    newest = [r for r in list(tracker.records.values()) if r.step > last - 2 and r() is not None]
+    if not newest:
+        return []
+    biggest = max(newest, key=lambda r: r.nbytes)
+    grouped = _holders_for(tracker, {biggest.key: biggest})
+    return [holder for holder, _ in grouped.values() if holder.subject]
 
 
 def _collect(tracker: LiveStorageTracker, run: Run, step: int) -> None:

@@ -69,18 +69,26 @@ def growing(values: list[int]) -> bool:
     return ups >= min(3, len(values) - 1) and values[-1] > values[0] and min(values) >= values[0]
 
 
-def levelled_off(values: list[int]) -> int | None:
+def levelled_off(values: list[int], tracked: list[int] | None = None, gap: float = 1.0) -> int | None:
     """For a series that grew and then stopped making new highs, the index where it reached its
     level; else None. A bounded cache or buffer fills and stops (its survivors spread over the run
     like a leak's), a leak makes a new high at every collection. Stopped means: at or under its
     final level for its whole second half, or, for a buffer that filled late, at or under its peak
-    for the last quarter of the collections (at least two after the peak)."""
+    for the last quarter of the collections (at least two after the peak).
+
+    A leak that lands on one tracked step in `gap` (every 7th step, one step in 3 tracked) makes
+    a new high only that often: the quiet stretch must also last three such gaps (`tracked`: the
+    tracked steps counted at each collection)."""
     if len(values) < 5 or values[-1] <= values[0]:
         return None
     if values[-1] <= values[len(values) // 2]:
-        return next(i for i, v in enumerate(values) if v >= values[-1])
-    peak = values.index(max(values))
-    return peak if len(values) - 1 - peak >= max(2, len(values) // 4) else None
+        found = next(i for i, v in enumerate(values) if v >= values[-1])
+    else:
+        peak = values.index(max(values))
+        found = peak if len(values) - 1 - peak >= max(2, len(values) // 4) else None
+    if found is not None and tracked is not None and tracked[-1] - tracked[found] < 3 * gap:
+        return None
+    return found
 
 
 def leak_start(survivor_steps: set[int], first: int, last: int, tracked_since) -> int | None:
