@@ -60,10 +60,11 @@ class StridePlan:
     def collects(self, i: int) -> bool:
         """Whether a collection follows step i (after warm-up): one per `interval` steps, right
         after the tracked step of the interval's last block, so it sees that step's tensors."""
-        if i <= self.warmup or i >= self.steps or not self.tracked(i):
+        if i <= self.warmup or i >= self.steps:
             return False
-        block = (i - self.warmup - 1) // self.every
-        return (block + 1) % max(1, self.interval // self.every) == 0
+        block, position = divmod(i - self.warmup - 1, self.every)
+        # The block's own tracked step, not one of the last two (tracked whatever their position).
+        return position == _position(block, self.every) and (block + 1) % max(1, self.interval // self.every) == 0
 
     def observe(self, i: int, tracked: bool, seconds: float) -> None:
         if self._calibrating(i):
@@ -82,10 +83,15 @@ class StridePlan:
         return self.interval
 
 
+# The golden ratio's fractional part: the Weyl sequence frac(b * phi) spreads the tracked step's
+# position over its block as evenly as any sequence can, without repeating.
+_PHI = 0.6180339887498949
+
+
 def _position(block: int, every: int) -> int:
-    """Which step of a block of `every` is tracked: spread by a fixed hash, not always the last.
+    """Which step of a block of `every` is tracked: it moves from block to block, not always the last.
     A fixed phase aliases with a leak that repeats every few steps: with one step in 3 tracked, a
-    leak every third step read 3x its rate on one phase and nothing on the other two (measured);
-    a position that moves from block to block samples every phase alike, so the mean per tracked
-    step is the true rate."""
-    return (block * 0x9E3779B1 >> 16) % every if every > 1 else 0
+    leak every third step read 3x its rate on one phase and nothing on the other two (measured).
+    Over 68 steps, strides 2-5 and leaks every 2-10 steps, the worst rate read is off by 4.4x with
+    a fixed phase, 2.7x with a hashed one, 1.15x with this sequence (simulated on every phase)."""
+    return int((block + 1) * _PHI % 1.0 * every) if every > 1 else 0

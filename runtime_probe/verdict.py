@@ -46,9 +46,12 @@ class Spread:
 
     @property
     def confidence(self) -> float:
+        """How sure the survivors show a leak rather than a one-off: by how many quarters of the
+        run they cover and how many steps left them (four or more is full evidence). Not by their
+        density: a leak every 7th step is as certain as one every step (it read 0.20-0.29)."""
         if self.measured_steps <= 0:
             return 0.0
-        return round(min(1.0, self.quarters_hit / 4 * min(1.0, 2 * self.steps_with_survivors / self.measured_steps)), 2)
+        return round(min(1.0, self.quarters_hit / 4 * min(1.0, self.steps_with_survivors / 4)), 2)
 
 
 def survivor_spread(survivor_steps: set[int], first: int, last: int, tracked: int | None = None) -> Spread:
