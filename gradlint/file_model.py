@@ -94,8 +94,9 @@ class FileModel:
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
         self.module_class_names = {m.name for m in self.module_classes}
+        self._plain_attributes: dict[int, dict[str, Val]] = {}  # other classes', asked as walked
         for module_class in self.module_classes:
-            module_class.attributes = self._init_attributes(module_class)
+            module_class.attributes = self._init_attributes(module_class.name, module_class.methods)
 
     # ----- the statement-level scan (expressions are left to the walks) ---------------------
 
@@ -247,14 +248,15 @@ class FileModel:
             methods.update(cls.methods)
         return methods
 
-    def _init_attributes(self, module: ModuleClass) -> dict[str, Val]:
-        """What `__init__` puts on self: submodules, parameters, buffers, containers."""
+    def _init_attributes(self, class_name: str, methods: dict[str, cst.FunctionDef]) -> dict[str, Val]:
+        """What `__init__` puts on self: submodules, parameters, buffers, containers (a Trainer's
+        `self.l1 = nn.Linear(...)` too: any class's)."""
         attributes: dict[str, Val] = {}
-        init = module.methods.get("__init__")
+        init = methods.get("__init__")
         if init is None or not init.params.params:
             return attributes
         self_name = init.params.params[0].name.value
-        walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=module.name))
+        walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=class_name))
         walker = Walker(walk, init)
         params = {p.name.value: self._param_value(p, walk.role, init) for p in _all_params(init)}
         walker.bind_params({**params, self_name: UNKNOWN})
@@ -533,6 +535,14 @@ class FileModel:
             role.self_name = function.params.params[0].name.value
             role.owner_class = owner.node.name.value
             role.kind = "method"
+        if module is None and role.self_name is not None and function.name.value != "__init__":
+            attributes = self._plain_attributes.get(id(owner.node))
+            if attributes is None:
+                # Set first: a method walked from __init__'s own walk finds none, not a loop.
+                self._plain_attributes[id(owner.node)] = {}
+                attributes = self._init_attributes(owner.node.name.value, owner.methods)
+                self._plain_attributes[id(owner.node)] = attributes
+            role.self_attributes = attributes
         if module is not None:
             role.self_attributes = module.attributes
             name = function.name.value

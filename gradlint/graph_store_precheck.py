@@ -253,8 +253,8 @@ class _Scope:
 
     def init(self, facts: _FileFacts) -> _Scope | None:
         """The __init__ whose attributes flow gives this method's `self.x` (FileModel's
-        self_attributes): its module class's own, for a method with a self."""
-        if self.self_name is None or self.owner.name not in facts.module_class_names:
+        self_attributes): its class's own, for a method with a self (not a plain class's __init__)."""
+        if self.self_name is None or (self.node.name == "__init__" and self.owner.name not in facts.module_class_names):
             return None
         init = self.owner.methods.get("__init__")
         return init if init is not None and init.node.args.args else None
