@@ -320,6 +320,34 @@ class FileModel:
         return {f.name for f in self.function_classes if isinstance(f.node, cst.ClassDef)}
 
     @cached_property
+    def forward_hooks(self) -> set[int]:
+        """The defs registered as forward hooks (`layer.register_forward_hook(hook)`): torch calls
+        them with (module, input, output), the output of a module call: graph-attached."""
+        hooks: set[int] = set()
+        defs_by_name: dict[str, list[cst.FunctionDef]] = {}
+        for function, _, _ in self._all_functions:
+            defs_by_name.setdefault(function.name.value, []).append(function)
+        for site in self.call_sites:
+            func = site.call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value in api.FORWARD_HOOK_REGISTRATIONS
+                    and site.call.args):
+                continue
+            hook = site.call.args[0].value
+            if isinstance(hook, cst.Call):  # `get_activation("fc1")`: the hook its factory returns
+                hook = hook.func
+                factories = [f for f in defs_by_name.get(_last_name(hook), ())]
+                hooks.update(id(n) for f in factories for n in f.body.body if isinstance(n, cst.FunctionDef))
+                continue
+            name = _last_name(hook)
+            hooks.update(id(f) for f in defs_by_name.get(name, ()))
+            instance_class = self._instances.get(name) if isinstance(hook, cst.Name) else None
+            if instance_class is not None:  # an instance of a class of the file: its __call__
+                found = self.method_of(instance_class, "__call__")
+                if found is not None:
+                    hooks.add(id(found[0]))
+        return hooks
+
+    @cached_property
     def trained_buffers(self) -> set[str]:
         """Containers backward is run through and that are then emptied (trained_buffers.py)."""
         return trained_and_emptied([f for f, _, _ in self._all_functions], self.imports)
@@ -601,6 +629,14 @@ class FileModel:
         if name == role.self_name and role.kind in ("module_forward", "module_method") \
                 and function.name.value != "__init__":
             return Val(Kind.MODULE, module_class=role.owner_class)
+        if id(function) in self.forward_hooks:
+            hook_params = [p.name.value for p in function.params.params]
+            if role.self_name is not None:
+                hook_params = hook_params[1:]
+            if name in hook_params[2:3]:  # (module, input, output)
+                return Val(Kind.TENSOR, graph=True)
+            if name in hook_params[1:2]:
+                return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=True))
         annotated = self._annotated_class(param)
         if annotated is not None and annotated in self.module_class_names:
             return Val(Kind.MODULE, module_class=annotated)
@@ -719,6 +755,11 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
                     yield from statements(inner)
 
     return statements(function.body.body)
+
+
+def _last_name(expr: cst.BaseExpression) -> str:
+    name = dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+    return name.rsplit(".", 1)[-1] if name else ""
 
 
 def _is_generator(function: cst.FunctionDef) -> bool:

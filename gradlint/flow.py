@@ -515,9 +515,13 @@ class Walker:
                 if isinstance(element.slice, cst.Index):
                     self.ev(element.slice.value)
             if container.kind is not Kind.TENSOR and line is not None:
-                literal_key = len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
-                    isinstance(target.slice[0].slice.value, (cst.Integer, cst.SimpleString))
-                self._container_add(target.value, "setitem", value, line, overwrites=literal_key)
+                key = target.slice[0].slice.value if len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+                    else None
+                # One slot: a literal key, or the enclosing function's variable (`activation[name] =
+                # output` in a hook made per layer): the same key at every call of this function.
+                fixed_key = isinstance(key, (cst.Integer, cst.SimpleString)) or (
+                    isinstance(key, cst.Name) and self.scope_of(key.value) == "closure")
+                self._container_add(target.value, "setitem", value, line, overwrites=fixed_key)
             elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
                 # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
                 name = target.value.value

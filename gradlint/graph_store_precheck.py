@@ -33,7 +33,7 @@ from typing import Iterator, NamedTuple
 
 from gradlint.file_model import is_module_base
 from gradlint.flow import looks_like_module
-from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
+from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
                                 TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_distribution, is_nn_module_class, is_tensor_op,
                                 makes_a_step)
@@ -107,6 +107,7 @@ class _Scope:
         self.calls_backward = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on (prescan's)
         self.returns_value = False  # a `return x` (flow gives a call of it what x is)
+        self.parent: _Scope | None = None  # the scope the def is in
         self.sites: list[_Site] = []
         self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
         self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
@@ -248,8 +249,23 @@ class _Scope:
                 if self.self_name is not None and self.owner.name in facts.module_class_names \
                         and self.node.name != "__init__":
                     found[self.self_name] = _Kinds(module=True, instance=True)
+                if self.is_forward_hook(facts):  # (module, input, output): input and output may be
+                    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+                    for name in names[2 if self.self_name else 1:]:
+                        found[name] = found.get(name, _NOTHING) | _Kinds(tensor=True, graph=True)
             self._module_params = found
         return self._module_params
+
+    def is_forward_hook(self, facts: _FileFacts) -> bool:
+        name = self.node.name
+        if name in facts.hook_names:
+            return True
+        parent = self.parent
+        if parent is not None and not isinstance(parent.node, (ast.Module, ast.ClassDef)) \
+                and parent.node.name in facts.hook_factories:
+            return True
+        return name == "__call__" and self.owner is not None and any(
+            self.owner.name in facts.classes_of(hook) for hook in facts.hook_names)
 
     def init(self, facts: _FileFacts) -> _Scope | None:
         """The __init__ whose attributes flow gives this method's `self.x` (FileModel's
@@ -585,6 +601,10 @@ class _FileFacts:
         # module class may give what its forward stored there (flow's stores_graph_on_self).
         self.method_stores: set[str] = set()
         self._top_level_calls: dict[str, set[str]] = {}  # `model = Net()` at the top: model -> {Net}
+        # Forward hooks, as FileModel.forward_hooks finds them: by name, by the factory that
+        # returns them, or by an instance whose __call__ is one.
+        self.hook_names: set[str] = set()
+        self.hook_factories: set[str] = set()
         self.scopes: list[_Scope] = [_Scope(tree, None)]
         self._owner: _Class | None = None  # the class whose body is being read
         self._children(tree, self.scopes[0], ())
@@ -622,6 +642,10 @@ class _FileFacts:
                     found.add(scope.node.name)
                     changed = True
         return found
+
+    def classes_of(self, name: str) -> set[str]:
+        """The classes a top-level name is bound to a call of (`recorder = Recorder()`)."""
+        return self._top_level_calls.get(name, set())
 
     @cached_property
     def module_instances(self) -> set[str]:
@@ -701,6 +725,12 @@ class _FileFacts:
             if scope.owner is not None and _is_text(node.args[1]):
                 self.method_stores.add(node.args[1].value)
         scope.called.append(func)
+        if isinstance(func, ast.Attribute) and func.attr in FORWARD_HOOK_REGISTRATIONS and node.args:
+            hook = node.args[0]
+            if isinstance(hook, ast.Call):  # a factory's returned closure
+                self.hook_factories.add((_dotted(hook.func) or "").rsplit(".", 1)[-1])
+            else:
+                self.hook_names.add((_dotted(hook) or "").rsplit(".", 1)[-1])
         self._children(node, scope, loops)
 
     def _assign(self, node: ast.Assign | ast.AnnAssign, scope: _Scope, loops) -> None:
@@ -767,6 +797,7 @@ class _FileFacts:
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: _Scope, loops) -> None:
         # Decorators and defaults belong to no walk; the body is a scope of its own.
         function = _Scope(node, self._owner)
+        function.parent = scope
         self.scopes.append(function)
         if self._owner is not None:
             self._owner.methods[node.name] = function  # the last def of a name wins, as in FileModel

@@ -170,6 +170,8 @@ def is_nn_module_class(name: str) -> bool:
     return last[:1].isupper() and last not in NN_NOT_MODULES
 
 
+# Hooks torch calls with (module, input, output) after a module's forward.
+FORWARD_HOOK_REGISTRATIONS = frozenset({"register_forward_hook", "register_module_forward_hook"})
 # Run a module or function on the arguments, recomputing it in backward: the output is that call's.
 CHECKPOINT_FUNCTIONS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
 

@@ -24,9 +24,10 @@ class GraphAppend(Rule):
     severity = Severity.ERROR
     summary = "a loss or model output kept in a list/dict that outlives the step"
     # A graph-attached value needs a backward() in the file or a model-like call (a training step
-    # driven by a framework: Lightning's training_step; a rollout keeping a policy's log_prob),
+    # driven by a framework: Lightning's training_step; a rollout keeping a policy's log_prob; a
+    # forward hook keeping its output),
     # and somewhere to keep it.
-    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
+    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step", "register_forward_hook",
                *((op, call) for op in ("append(", "insert(", "extend(", "] =", "+= [") for call in ("model(", "net(", "criterion(", "loss_fn(", "log_prob(")))
     fix_safety = "unsafe"
     doc = """
@@ -34,7 +35,8 @@ class GraphAppend(Rule):
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop, a module-level global, an
-attribute, a closure variable, or a parameter (the caller's list). Step functions with no loop
+attribute, a closure variable, or a parameter (the caller's list). A forward hook's `output` (and
+`input`) is a module call's output: graph-attached. Step functions with no loop
 count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
 when it is read back from an instance of that class in the same file
 (`history.append(model.last_logits)` after `self.last_logits = logits`). A store into one fixed
@@ -204,6 +206,27 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        Invalid("""
+from torch import nn
+FEATURES = []
+activation = {}
+def keep_output(module, inputs, output):
+    FEATURES.append(output)
+def get_activation(name):
+    def hook(module, inputs, output):
+        activation[name] = output
+    return hook
+class Recorder:
+    def __init__(self):
+        self.outputs = []
+    def __call__(self, module, inputs, out):
+        self.outputs.append(out.detach())
+recorder = Recorder()
+net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+net[0].register_forward_hook(keep_output)
+net[1].register_forward_hook(get_activation("relu"))
+net[1].register_forward_hook(recorder)
+""", ("FEATURES.append(output)", "activation[name] = output")),
         Invalid("""
 import torch
 from torch import nn

@@ -302,6 +302,14 @@ KEPT_ACROSS_STEPS = {
             def update(self, loss):
                 loss.backward()
     """,
+    "a_forward_hook_keeping_its_output": """
+        class Recorder:
+            def __call__(self, module, inputs, output):
+                self.outputs.append(output)
+
+        recorder = Recorder()
+        layer.register_forward_hook(recorder)
+    """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
         TAPS = []
