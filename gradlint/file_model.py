@@ -14,10 +14,11 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import _SCALAR_LIKE, AttributeStore, FunctionRole, ReturnValue, Walk, Walker, looks_like_module
+from gradlint.flow import (_SCALAR_LIKE, AttributeStore, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
+                           looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites
 from gradlint.trained_buffers import trained_and_emptied
-from gradlint.prescan import Prescan, child_nodes
+from gradlint.prescan import Prescan, child_nodes, descendants
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
 
@@ -89,6 +90,7 @@ class FileModel:
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
         self._graph_attributes: set[tuple[str, str]] | None = None
         self._call_results: dict[tuple, Val] = {}
+        self._call_walks: list[Walk] = []  # see call_result
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
@@ -320,6 +322,11 @@ class FileModel:
         return {f.name for f in self.function_classes if isinstance(f.node, cst.ClassDef)}
 
     @cached_property
+    def _plain_class_names(self) -> set[str]:
+        return {info.node.name.value for info in self._classes if not info.nested} \
+            - self.module_class_names - self.function_class_names
+
+    @cached_property
     def forward_hooks(self) -> set[int]:
         """The defs registered as forward hooks (`layer.register_forward_hook(hook)`): torch calls
         them with (module, input, output), the output of a module call: graph-attached."""
@@ -368,6 +375,8 @@ class FileModel:
             return UNKNOWN
         if self._instances.get(name) in self.module_class_names:
             return Val(Kind.MODULE, module_class=self._instances[name])
+        if self._instances.get(name) in self._plain_class_names:  # `meter = Meter()`: its methods are walked
+            return Val(module_class=self._instances[name])
         if looks_like_module(name):
             return Val(Kind.MODULE)
         return UNKNOWN
@@ -529,6 +538,12 @@ class FileModel:
                         if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
             result = _returned(returned)
             self._call_results[key] = result
+            if self.prescan(function).stores and any(v.holds_graph() for v in given.values()):
+                # What it keeps where the call outlives (its self, a global) is kept for the caller's
+                # values: `meter.update(loss)` chaining `self.total = self.total + loss`.
+                walk.events = [e for e in walk.events if _outlives_the_call(e)]
+                if walk.events:
+                    self._call_walks.append(walk)
         if not result.reads:
             return result
         # What the callee read of its parameters and its self is what the caller passed.
@@ -599,7 +614,7 @@ class FileModel:
             if id(function) in autograd_methods:
                 continue
             role = self._role(function, owner)
-            if not self.prescan(function).stores:
+            if not self.prescan(function).stores and not self._calls_a_storing_def(function):
                 continue  # nothing in it can keep a value past its statement
             closure: set[str] = set()
             while parent is not None:
@@ -607,7 +622,19 @@ class FileModel:
                 closure |= scan.assigned | scan.augmented | {p.name.value for p in _all_params(parent)}
                 parent = parents.get(id(parent))
             result.append(self._plain_walk(function, role, frozenset(closure)))
-        return result
+        # Helpers walked with a caller's graph-attached arguments (findings on one line report once).
+        return result + self._call_walks
+
+    @cached_property
+    def _storing_defs(self) -> set[str]:
+        return {f.name.value for f, _, _ in self._all_functions if self.prescan(f).stores}
+
+    def _calls_a_storing_def(self, function: cst.FunctionDef) -> bool:
+        """A call of a def of this file that stores (walked with this function's values)."""
+        if not self._storing_defs:
+            return False
+        return any(isinstance(n, cst.Call) and _last_name(n.func) in self._storing_defs
+                   for n in descendants(function.body))
 
     def _plain_walk(self, function: cst.FunctionDef | cst.Module, role: FunctionRole,
                     closure: frozenset[str] = frozenset()) -> Walk:
@@ -755,6 +782,19 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
                     yield from statements(inner)
 
     return statements(function.body.body)
+
+
+def _outlives_the_call(event) -> bool:
+    """An event of a helper walked for one call that holds whatever the call passed: a store into
+    an attribute, a global or a closure. Not one into a parameter or a local: the caller's list may
+    be made anew every step, and the helper's own loops are not the caller's."""
+    if isinstance(event, AttributeStore):
+        return event.owner.kind is not Kind.CTX
+    if isinstance(event, ContainerAdd):
+        return event.scope in ("global", "closure", "attribute", "self-attribute")
+    if isinstance(event, NameStore):
+        return event.scope in ("global", "closure")
+    return False
 
 
 def _last_name(expr: cst.BaseExpression) -> str:

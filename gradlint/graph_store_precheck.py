@@ -209,10 +209,15 @@ class _Scope:
     def may_make_graph(self, facts: _FileFacts) -> bool:
         """Cheap: whether anything in the function can give a module, a parameter or a
         graph-attached value. _GraphValues answers value by value for those that pass."""
-        if self.makes_graph_itself(facts):
+        if self.makes_graph_itself(facts) or self.given_graph(facts):
             return True
         init = self.init(facts)
         return init is not None and ("register_parameter" in init.attribute_loads or init.makes_graph_itself(facts))
+
+    def given_graph(self, facts: _FileFacts) -> bool:
+        """Whether a function that may make graph-attached values calls this def (by name): flow
+        walks it with the caller's values, and keeps what it stores on an attribute or a global."""
+        return not isinstance(self.node, (ast.Module, ast.ClassDef)) and self.node.name in facts.defs_given_graph
 
     def makes_graph_itself(self, facts: _FileFacts) -> bool:
         if self.makes_graph_directly(facts):
@@ -341,6 +346,9 @@ class _GraphValues:
         self.held: dict[str, _Kinds] = dict.fromkeys(roots, _Kinds(tensor=True, graph=True))
         for name, kinds in scope.module_params(facts).items():
             self.held[name] = self.held.get(name, _NOTHING) | kinds
+        if scope.given_graph(facts):  # walked with a caller's arguments: any may be graph-attached
+            for name in scope.params - {scope.self_name}:
+                self.held[name] = self.held.get(name, _NOTHING) | _Kinds(tensor=True, graph=True)
         changed = True
         while changed:
             changed = False
@@ -626,6 +634,12 @@ class _FileFacts:
     def returning_defs(self) -> set[str]:
         """The names of the file's defs that return a value (a `return x`, not only `return None`)."""
         return {scope.node.name for scope in self.scopes if scope.returns_value}
+
+    @cached_property
+    def defs_given_graph(self) -> set[str]:
+        """The names (last part) a function that may make graph-attached values calls."""
+        return {callee.rsplit(".", 1)[-1] for scope in self.scopes if scope.makes_graph_itself(self)
+                for callee in scope.callees}
 
     @cached_property
     def graph_defs(self) -> set[str]:

@@ -7,6 +7,12 @@ gradient accumulation does the same with a list of losses. The graphs are needed
 round: that is no leak. A list that backward never reads (a loss history for logging) leaks
 even when it is emptied every epoch, and one that is never emptied leaks whatever reads it.
 
+A container one method fills and another empties, not one per epoch, is the object's own
+per-round state too (a pipeline schedule's micro-batch losses and forward caches, cleared by
+`_update_losses` and `clear_runtime_states` in torch.distributed.pipelining): exempt as well. One
+emptied in the function that fills it (`self.epoch_losses.clear()` after the epoch's loop) or by
+an `on_*_epoch_end` hook (Lightning's `training_step_outputs`) holds an epoch of graphs: reported.
+
 A container is named by its last attribute or its plain name (`policy.saved_log_probs` and
 `self.saved_log_probs` are the same list), the way the file would refer to it from any method.
 """
@@ -18,7 +24,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint.names import dotted
-from gradlint.prescan import child_nodes
+from gradlint.prescan import child_nodes, descendants
 
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _ADDING = frozenset({"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"})
@@ -33,15 +39,22 @@ def container_key(name: str) -> str:
 
 def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
     """Keys of the containers some function runs backward through and some function (other
-    than the one that creates them in `__init__`) empties."""
+    than the one that creates them in `__init__`) empties, or that a function other than the ones
+    that fill them empties, not at an epoch's end."""
     trained: set[str] = set()
     emptied: set[str] = set()
+    emptied_elsewhere: set[str] = set()
+    filled: set[str] = set()
     for function in functions:
         facts = _Facts(function, imports)
         trained |= facts.trained()
-        if function.name.value != "__init__":
+        filled |= facts.added
+        name = function.name.value
+        if name != "__init__":
             emptied |= facts.emptied
-    return trained & emptied
+            if "epoch" not in name.lower():
+                emptied_elsewhere |= facts.emptied - facts.added
+    return (trained & emptied) | (emptied_elsewhere & filled)
 
 
 class _Facts:
@@ -52,17 +65,23 @@ class _Facts:
         self.sources: dict[str, set[str]] = {}  # name -> names its values read (appends included)
         self.roots: set[str] = set()
         self._explicitly_emptied: set[str] = set()  # clear(), del x[:], x[:] = []
-        self._made: list[tuple[str, bool]] = []  # x = [] (the key, whether inside a loop)
+        self._made: list[tuple[str, bool, bool]] = []  # x = []: the key, inside a loop, a reset
+        self._globals = {n.name.value for node in descendants(function.body) if isinstance(node, cst.Global)
+                         for n in node.names}
         self._added: set[str] = set()
         self._loops = 0
         self._visit(function.body)
+
+    @property
+    def added(self) -> set[str]:
+        return self._added
 
     @property
     def emptied(self) -> set[str]:
         """`x = []` empties a container only where it is no creation: in a loop (a new one each
         episode), or in a function that does not fill it (REINFORCE's finish_episode); the list
         an XBM memory starts from, made before the loop that fills it, is never emptied."""
-        rebound = {key for key, in_loop in self._made if in_loop or key not in self._added}
+        rebound = {key for key, in_loop, reset in self._made if in_loop or (reset and key not in self._added)}
         return self._explicitly_emptied | rebound
 
     def trained(self) -> set[str]:
@@ -124,12 +143,15 @@ class _Facts:
             container = dotted(target.value)
             if container is not None:
                 self._flows(container, value)
+                self._added.add(container_key(container))
                 if _whole_slice(target) and isinstance(value, (cst.List, cst.Dict)) and not value.elements:
                     self._explicitly_emptied.add(container_key(container))  # x[:] = []
         elif isinstance(target, (cst.Name, cst.Attribute)) and _is_new_container(value, self.imports):
             name = dotted(target)
             if name is not None:
-                self._made.append((container_key(name), self._loops > 0))
+                # An attribute or a declared global made again is a reset; a local made here is new.
+                reset = "." in name or name in self._globals
+                self._made.append((container_key(name), self._loops > 0, reset))
 
     def _delete(self, target: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):

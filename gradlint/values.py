@@ -45,7 +45,7 @@ class Val:
     elements: tuple["Val", ...] = ()  # a container's known elements, in order
     element_names: tuple[str, ...] = ()  # for named tuples: topk(...).indices
     item: "Val | None" = None  # a container whose elements are unknown in number but alike
-    module_class: str | None = None  # an instance of this file's nn.Module class of that name
+    module_class: str | None = None  # an instance of this file's class of that name (an nn.Module's, or any)
     # Names and dotted attributes read to compute this value: `self.h = f(self.h)` chains steps.
     reads: frozenset[str] = field(default=frozenset())
 

@@ -84,6 +84,18 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # A schedule's per-micro-batch losses, emptied by another of its methods each round.
+        """
+class Schedule:
+    def __init__(self, loss_fn):
+        self.loss_fn = loss_fn
+        self.losses = []
+    def run_microbatch(self, output, target):
+        self.losses.append(self.loss_fn(output, target))
+    def collect_losses(self, out):
+        out.extend(self.losses)
+        self.losses.clear()
+""",
         # Integer outputs never require grad; a rollout's lists are made anew for each update and
         # trained through by it (`env.step` advances a simulator, not an optimizer).
         """

@@ -121,6 +121,20 @@ class Stateful:
     )
     INVALID = (
         Invalid("""
+class Meter:
+    def __init__(self):
+        self.total = 0.0
+    def record(self, value):
+        self.total = self.total + value
+
+meter = Meter()
+
+def train_step(model, x):
+    loss = model(x).sum()
+    loss.backward()
+    meter.record(loss)
+""", ("self.total = self.total + value",)),
+        Invalid("""
 import torch
 def train(model, loader, opt, n):
     per_sample_loss = torch.zeros(n)
