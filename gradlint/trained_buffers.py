@@ -33,8 +33,12 @@ _NEW_CONTAINERS = frozenset({"list", "dict", "set", "deque", "collections.deque"
                              "collections.defaultdict", "OrderedDict", "collections.OrderedDict"})
 
 
-def container_key(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
+def container_key(name: str, function: cst.FunctionDef | None = None) -> str:
+    """An attribute by its last name (`policy.saved_log_probs` is `self.saved_log_probs`
+    elsewhere); a local by its name and its function (two functions' `losses` are two lists)."""
+    if "." in name:
+        return name.rsplit(".", 1)[-1]
+    return f"{id(function)}:{name}" if function is not None else name
 
 
 def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
@@ -58,54 +62,70 @@ def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
 
 
 class _Facts:
-    """One function: what each name is computed from, what backward is called on, what it empties."""
+    """One function: what each name is computed from, what backward is called on, what it
+    empties. Names are kept as written and made keys at the end, once its locals are known."""
 
     def __init__(self, function: cst.FunctionDef, imports):
+        self.function = function
         self.imports = imports
-        self.sources: dict[str, set[str]] = {}  # name -> names its values read (appends included)
-        self.roots: set[str] = set()
+        # name -> (where, names read): what was bound or added to it, at which point of the body
+        self.sources: dict[str, list[tuple[int, set[str]]]] = {}
+        self.roots: list[tuple[int, set[str]]] = []  # what backward is called on, and where
         self._explicitly_emptied: set[str] = set()  # clear(), del x[:], x[:] = []
-        self._made: list[tuple[str, bool, bool]] = []  # x = []: the key, inside a loop, a reset
+        self._made: list[tuple[str, bool, bool]] = []  # x = []: the name, inside a loop, a reset
         self._globals = {n.name.value for node in descendants(function.body) if isinstance(node, cst.Global)
                          for n in node.names}
+        self._bound: set[str] = set()
         self._added: set[str] = set()
         self._loops = 0
+        self._at = 0  # statements and calls seen so far: the order of the body
         self._visit(function.body)
+
+    def _key(self, name: str) -> str:
+        local = "." not in name and name in self._bound and name not in self._globals
+        return container_key(name, self.function if local else None)
 
     @property
     def added(self) -> set[str]:
-        return self._added
+        return {self._key(n) for n in self._added}
 
     @property
     def emptied(self) -> set[str]:
         """`x = []` empties a container only where it is no creation: in a loop (a new one each
         episode), or in a function that does not fill it (REINFORCE's finish_episode); the list
         an XBM memory starts from, made before the loop that fills it, is never emptied."""
-        rebound = {key for key, in_loop, reset in self._made if in_loop or (reset and key not in self._added)}
-        return self._explicitly_emptied | rebound
+        rebound = {name for name, in_loop, reset in self._made if in_loop or (reset and name not in self._added)}
+        return {self._key(n) for n in self._explicitly_emptied | rebound}
 
     def trained(self) -> set[str]:
-        seen: set[str] = set()
-        todo = list(self.roots)
+        """What backward reads, through what was bound before it: a `loss` made after the loop
+        from a logging list is not what the `loss.backward()` inside the loop trained."""
+        best: dict[str, int] = {}
+        todo = [(name, at) for at, names in self.roots for name in names]
         while todo:
-            name = todo.pop()
-            if name in seen:
+            name, before = todo.pop()
+            if best.get(name, -1) >= before:
                 continue
-            seen.add(name)
-            todo.extend(self.sources.get(name, ()))
-        return {container_key(name) for name in seen}
+            best[name] = before
+            for at, names in self.sources.get(name, ()):
+                if at < before:
+                    todo.extend((read, at) for read in names)
+        return {self._key(name) for name in best}
 
     def _flows(self, target: str, value: cst.CSTNode) -> None:
-        self.sources.setdefault(target, set()).update(_read_names(value))
+        self.sources.setdefault(target, []).append((self._at, _read_names(value)))
 
     def _visit(self, node: cst.CSTNode) -> None:
         if isinstance(node, _NESTED):
             return
+        self._at += 1
         if isinstance(node, (cst.For, cst.While)):
+            self._visit_header(node)
             self._loops += 1
             self._visit(node.body)
             self._loops -= 1
-            self._visit_header(node)
+            if node.orelse is not None:
+                self._visit(node.orelse)
             return
         if isinstance(node, cst.Assign):
             for target in node.targets:
@@ -122,14 +142,12 @@ class _Facts:
             self._visit(child)
 
     def _visit_header(self, node: cst.For | cst.While) -> None:
-        """A loop's header and else block: run once around the body, not in it."""
+        """A loop's header: run before the body."""
         if isinstance(node, cst.For):
             self._bind(node.target, node.iter)
             self._visit(node.iter)
         else:
             self._visit(node.test)
-        if node.orelse is not None:
-            self._visit(node.orelse)
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
@@ -139,19 +157,21 @@ class _Facts:
             return
         for name in _target_names(target):
             self._flows(name, value)
+            if "." not in name:
+                self._bound.add(name)
         if isinstance(target, cst.Subscript):
             container = dotted(target.value)
             if container is not None:
                 self._flows(container, value)
-                self._added.add(container_key(container))
+                self._added.add(container)
                 if _whole_slice(target) and isinstance(value, (cst.List, cst.Dict)) and not value.elements:
-                    self._explicitly_emptied.add(container_key(container))  # x[:] = []
+                    self._explicitly_emptied.add(container)  # x[:] = []
         elif isinstance(target, (cst.Name, cst.Attribute)) and _is_new_container(value, self.imports):
             name = dotted(target)
             if name is not None:
                 # An attribute or a declared global made again is a reset; a local made here is new.
                 reset = "." in name or name in self._globals
-                self._made.append((container_key(name), self._loops > 0, reset))
+                self._made.append((name, self._loops > 0, reset))
 
     def _delete(self, target: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -160,7 +180,7 @@ class _Facts:
         elif isinstance(target, cst.Subscript) and _whole_slice(target):
             name = dotted(target.value)
             if name is not None:
-                self._explicitly_emptied.add(container_key(name))  # del x[:]
+                self._explicitly_emptied.add(name)  # del x[:]
 
     def _call(self, node: cst.Call) -> None:
         func = node.func
@@ -168,16 +188,16 @@ class _Facts:
             receiver = dotted(func.value)
             method = func.attr.value
             if receiver is not None and method in _ADDING:
-                self._added.add(container_key(receiver))
+                self._added.add(receiver)
                 for arg in node.args:
                     self._flows(receiver, arg.value)
             elif receiver is not None and method in _EMPTYING:
-                self._explicitly_emptied.add(container_key(receiver))
+                self._explicitly_emptied.add(receiver)
             elif method == "backward":
-                self.roots |= _read_names(func.value)
+                self.roots.append((self._at, _read_names(func.value)))
         name = self.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if name in ("torch.autograd.backward", "torch.autograd.grad") and node.args:
-            self.roots |= _read_names(node.args[0].value)
+            self.roots.append((self._at, _read_names(node.args[0].value)))
 
 
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:

@@ -35,8 +35,9 @@ class GraphAppend(Rule):
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop, a module-level global, an
-attribute, a closure variable, or a parameter (the caller's list). A forward hook's `output` (and
-`input`) is a module call's output: graph-attached. Step functions with no loop
+attribute, a closure variable, or a parameter (the caller's list). In a file that calls
+backward(), a forward hook's `output` (and `input`) is a module call's output: graph-attached
+(feature extraction runs its forwards under `no_grad`). Step functions with no loop
 count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
 when it is read back from an instance of that class in the same file
 (`history.append(model.last_logits)` after `self.last_logits = logits`). A store into one fixed
@@ -84,6 +85,36 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # Forwards under no_grad only (a file that never calls backward).
+        """
+import torch
+FEATURES = []
+def keep(module, inputs, output):
+    FEATURES.append(output)
+def extract(model, loader):
+    model[0].register_forward_hook(keep)
+    with torch.no_grad():
+        for x in loader:
+            model(x)
+""",
+        # A Dataset's transforms run outside any training step and hold no parameters.
+        """
+from torch import nn
+from torch.utils.data import Dataset
+class CachedImages(Dataset):
+    def __init__(self, images):
+        self.images = images
+        self.transform = nn.Sequential(nn.Upsample(size=224), nn.Identity())
+        self.cache = {}
+    def __getitem__(self, i):
+        if i not in self.cache:
+            self.cache[i] = self.transform(self.images[i])
+        return self.cache[i]
+def train(model, loader, opt):
+    for x, y in loader:
+        model(x).sub(y).pow(2).mean().backward()
+        opt.step()
+""",
         # A schedule's per-micro-batch losses, emptied by another of its methods each round.
         """
 class Schedule:
@@ -218,6 +249,31 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # Another function trains through and empties a list of the same name; the `loss` made
+        # from this list after the loop is not what the loop's backward trained.
+        Invalid("""
+import torch
+import torch.nn.functional as F
+def accumulate(model, batches, opt):
+    losses = []
+    for x, y in batches:
+        losses.append(F.cross_entropy(model(x), y))
+    torch.stack(losses).mean().backward()
+    losses.clear()
+
+def train(model, loader, opt, epochs):
+    losses = []
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss)
+        loss = torch.stack(losses).mean()
+        print(epoch, loss.item())
+        losses.clear()
+""", ("losses.append(loss)",)),
         Invalid("""
 from torch import nn
 FEATURES = []
@@ -238,6 +294,8 @@ net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
 net[0].register_forward_hook(keep_output)
 net[1].register_forward_hook(get_activation("relu"))
 net[1].register_forward_hook(recorder)
+def train_step(x):
+    net(x).pow(2).mean().backward()
 """, ("FEATURES.append(output)", "activation[name] = output")),
         Invalid("""
 import torch
@@ -412,7 +470,8 @@ def embed_batch(model, tokens):
                 why = outlives_step(event.scope, event.container_name, event.where)
                 if why is None:
                     continue
-                if event.container_name and container_key(event.container_name) in model.trained_buffers:
+                local = walk.function if event.scope == "local" and isinstance(walk.function, cst.FunctionDef) else None
+                if event.container_name and container_key(event.container_name, local) in model.trained_buffers:
                     continue  # an episode's log-probs, micro-batch losses: backward needs them, then they go
                 subject = holder_name(walk, event.container_name)
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
