@@ -91,6 +91,8 @@ class FileModel:
         self._graph_attributes: set[tuple[str, str]] | None = None
         self._call_results: dict[tuple, Val] = {}
         self._call_walks: list[Walk] = []  # see call_result
+        self._generators: dict[int, bool] = {}
+        self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
@@ -331,6 +333,10 @@ class FileModel:
         """The defs registered as forward hooks (`layer.register_forward_hook(hook)`): torch calls
         them with (module, input, output), the output of a module call: graph-attached."""
         hooks: set[int] = set()
+        # Only in a file that trains: feature extraction runs its forwards under no_grad.
+        if not any(isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "backward"
+                   for site in self.call_sites):
+            return hooks
         defs_by_name: dict[str, list[cst.FunctionDef]] = {}
         for function, _, _ in self._all_functions:
             defs_by_name.setdefault(function.name.value, []).append(function)
@@ -339,7 +345,10 @@ class FileModel:
             if not (isinstance(func, cst.Attribute) and func.attr.value in api.FORWARD_HOOK_REGISTRATIONS
                     and site.call.args):
                 continue
-            hook = site.call.args[0].value
+            first = site.call.args[0]
+            hook = first.value if first.keyword is None or first.keyword.value == "hook" else None
+            if hook is None:
+                continue
             if isinstance(hook, cst.Call):  # `get_activation("fc1")`: the hook its factory returns
                 hook = hook.func
                 factories = [f for f in defs_by_name.get(_last_name(hook), ())]
@@ -502,8 +511,10 @@ class FileModel:
         """What a call of one of this file's functions (or of a method, on `receiver`) gives: its
         body walked with the call's arguments bound, the returned values merged. Its events are
         not the caller's: a finding belongs to the function's own walk."""
-        if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH \
-                or function.asynchronous is not None or _is_generator(function):
+        if function.asynchronous is not None or self._is_generator(function):
+            return UNKNOWN
+        if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH:
+            self._cut = [True] * len(self._cut)  # every call under way now has a cut-off result
             return UNKNOWN
         role = self._role(function, owner)
         params = [p for p in _all_params(function)]
@@ -523,10 +534,14 @@ class FileModel:
         for name, value in given.items():
             if value.kind is not Kind.UNKNOWN:
                 bound[name] = _as_argument(value)
-        key = (id(function), tuple(sorted((n, _shape(v)) for n, v in bound.items())))
-        result = self._call_results.get(key)
+        # A result cut off by the depth limit or a recursion (some callee unknown) holds only at
+        # that depth: the same call made from higher up may see more. A whole one holds anywhere.
+        shape = tuple(sorted((n, _shape(v)) for n, v in bound.items()))
+        whole, at_depth = (id(function), None, shape), (id(function), len(self._calls_under_way), shape)
+        result = self._call_results.get(whole) or self._call_results.get(at_depth)
         if result is None:
             self._calls_under_way.append(id(function))
+            self._cut.append(False)
             try:
                 walk = Walk(self, function, role)
                 walker = Walker(walk, function)
@@ -534,10 +549,11 @@ class FileModel:
                 walker.run()
             finally:
                 self._calls_under_way.pop()
+                cut = self._cut.pop()
             returned = [e.value for e in walk.of(ReturnValue)
                         if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
             result = _returned(returned)
-            self._call_results[key] = result
+            self._call_results[at_depth if cut else whole] = result
             if self.prescan(function).stores and any(v.holds_graph() for v in given.values()):
                 # What it keeps where the call outlives (its self, a global) is kept for the caller's
                 # values: `meter.update(loss)` chaining `self.total = self.total + loss`.
@@ -556,6 +572,12 @@ class FileModel:
             elif rest and head == self_name and receiver_name is not None:
                 reads.add(f"{receiver_name}.{rest}")
         return result.with_(reads=frozenset(reads))
+
+    def _is_generator(self, function: cst.FunctionDef) -> bool:
+        found = self._generators.get(id(function))
+        if found is None:
+            found = self._generators[id(function)] = _is_generator(function)
+        return found
 
     def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, _ClassInfo] | None:
         """The def of `method` a class of this file has, itself or from a base in this file."""
@@ -578,7 +600,8 @@ class FileModel:
             role.self_name = function.params.params[0].name.value
             role.owner_class = owner.node.name.value
             role.kind = "method"
-        if module is None and role.self_name is not None and function.name.value != "__init__":
+        if module is None and role.self_name is not None and function.name.value not in _DATA_METHODS \
+                and not any(base.rsplit(".", 1)[-1].endswith("Dataset") for base in owner.bases):
             attributes = self._plain_attributes.get(id(owner.node))
             if attributes is None:
                 # Set first: a method walked from __init__'s own walk finds none, not a loop.
@@ -782,6 +805,11 @@ def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
                     yield from statements(inner)
 
     return statements(function.body.body)
+
+
+# A Dataset's transforms (`nn.Sequential(Resize(...), Normalize(...))`) run outside any training
+# step, with no parameters: what they make is no graph.
+_DATA_METHODS = frozenset({"__init__", "__getitem__", "__iter__", "__len__", "__next__"})
 
 
 def _outlives_the_call(event) -> bool:

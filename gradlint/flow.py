@@ -520,7 +520,8 @@ class Walker:
                 # One slot: a literal key, or the enclosing function's variable (`activation[name] =
                 # output` in a hook made per layer): the same key at every call of this function.
                 fixed_key = isinstance(key, (cst.Integer, cst.SimpleString)) or (
-                    isinstance(key, cst.Name) and self.scope_of(key.value) == "closure")
+                    isinstance(key, cst.Name) and self.scope_of(key.value) == "closure"
+                    and key.value not in self.scan.declared_nonlocal)  # `nonlocal step; step += 1`: a new key
                 self._container_add(target.value, "setitem", value, line, overwrites=fixed_key)
             elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
                 # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
@@ -703,6 +704,8 @@ class Walker:
             if known is not None:
                 return known.with_(reads=frozenset(reads))
         if base.kind is Kind.UNKNOWN and base.graph and not attr.startswith("_"):
+            if attr in api.DISTRIBUTION_DESCRIPTIONS:
+                return Val(Kind.SCALAR, reads=frozenset(reads))
             return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))  # dist.mean, dist.logits
         if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):
             # `model.last_logits` where Net.forward did `self.last_logits = logits`

@@ -270,7 +270,7 @@ class _Scope:
                 and parent.node.name in facts.hook_factories:
             return True
         return name == "__call__" and self.owner is not None and any(
-            self.owner.name in facts.classes_of(hook) for hook in facts.hook_names)
+            self.owner.name in facts.ancestors(cls) for hook in facts.hook_names for cls in facts.classes_of(hook))
 
     def init(self, facts: _FileFacts) -> _Scope | None:
         """The __init__ whose attributes flow gives this method's `self.x` (FileModel's
@@ -461,11 +461,12 @@ class _GraphValues:
                 found |= _Kinds(tensor=True, graph=True)  # a distribution's log_prob, as flow reads it
             if method == "apply":  # an autograd Function's
                 found |= _Kinds(tensor=True, graph=passes_graph)
-            found |= self._own_call(method, passes_graph)
+            found |= self._own_call(method, passes_graph or arguments.module)
         elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
             found |= arguments._replace(graph=passes_graph)
         elif isinstance(func, ast.Name):
-            found |= self._own_call(func.id, passes_graph)
+            # a module passed in is called there: `run_layer(nn.Linear(4, 4), x)`
+            found |= self._own_call(func.id, passes_graph or arguments.module)
         name = _dotted(func)
         if name is None:
             return found
@@ -651,10 +652,25 @@ class _FileFacts:
         while changed:
             changed = False
             for scope in candidates:
+                init = scope.init(self)
                 if scope.node.name not in found and (scope.makes_graph_directly(self) or any(
-                        callee.rsplit(".", 1)[-1] in found for callee in scope.callees)):
+                        callee.rsplit(".", 1)[-1] in found for callee in scope.callees)
+                        or init is not None and init is not scope and (
+                            "register_parameter" in init.attribute_loads or init.makes_graph_directly(self))):
                     found.add(scope.node.name)
                     changed = True
+        return found
+
+    def ancestors(self, name: str) -> set[str]:
+        """The class and its bases in this file, as FileModel.method_of follows them."""
+        by_name = {cls.name: cls for cls in self.classes}
+        found, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in found or current not in by_name:
+                continue
+            found.add(current)
+            todo.extend(base.rsplit(".", 1)[-1] for base in by_name[current].bases)
         return found
 
     def classes_of(self, name: str) -> set[str]:
@@ -739,8 +755,9 @@ class _FileFacts:
             if scope.owner is not None and _is_text(node.args[1]):
                 self.method_stores.add(node.args[1].value)
         scope.called.append(func)
-        if isinstance(func, ast.Attribute) and func.attr in FORWARD_HOOK_REGISTRATIONS and node.args:
-            hook = node.args[0]
+        hook = (node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "hook"), None)) \
+            if isinstance(func, ast.Attribute) and func.attr in FORWARD_HOOK_REGISTRATIONS else None
+        if hook is not None:
             if isinstance(hook, ast.Call):  # a factory's returned closure
                 self.hook_factories.add((_dotted(hook.func) or "").rsplit(".", 1)[-1])
             else:

@@ -176,6 +176,11 @@ FORWARD_HOOK_REGISTRATIONS = frozenset({"register_forward_hook", "register_modul
 CHECKPOINT_FUNCTIONS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
 
 
+# What a distribution says about itself, not a tensor computed from its parameters.
+DISTRIBUTION_DESCRIPTIONS = frozenset({"batch_shape", "event_shape", "support", "has_rsample",
+                                       "has_enumerate_support", "arg_constraints", "validate_args"})
+
+
 def is_distribution(name: str) -> bool:
     """A torch.distributions class (Normal, Categorical, ...): built from tensors, not one."""
     if not name.startswith("torch.distributions."):

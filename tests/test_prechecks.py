@@ -309,6 +309,9 @@ KEPT_ACROSS_STEPS = {
 
         recorder = Recorder()
         layer.register_forward_hook(recorder)
+
+        def train_step(x):
+            layer(x).sum().backward()
     """,
     "module_forward_keeping_in_a_global": """
         from torch import nn
