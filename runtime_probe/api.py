@@ -150,7 +150,7 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     # One tensor re-made bigger every step: no earlier step's storage survives, yet the live set
     # rises at every collection, by the same amount per step (measured on all steps: the newest
     # copy holds what every step, tracked or not, appended).
-    regrown = (not spread.steady and not late and level is None and len(series) >= 5
+    regrown = (run.regrown and not spread.steady and not late and level is None and len(series) >= 5
                and keeps_climbing([c.live_after for c in series]))
     regrown_bytes = robust_slope([c.step for c in series], [c.live_after for c in series]) if regrown else 0.0
 

@@ -60,7 +60,8 @@ class Run:
     reclaimed_holders: list[Holder] = field(default_factory=list)  # what held storages gc.collect() freed
     retained_holders: list[Holder] = field(default_factory=list)
     graph_holders: list[Holder] = field(default_factory=list)
-    regrown_holders: list[Holder] = field(default_factory=list)  # see _regrown
+    regrown: bool = False  # see _newest_regrown
+    regrown_holders: list[Holder] = field(default_factory=list)
     _tracked_upto: list[int] = field(default_factory=lambda: [0], repr=False)  # [i]: tracked among steps 1..i
 
     @property
@@ -167,6 +168,8 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
             survivors = [r for r in tracker.survivors(run.warmup) if r.step <= last - 2]
             run.survivor_steps = {r.step for r in survivors}
             run.survivor_bytes = sum(r.nbytes for r in survivors)
+            newest = _newest_regrown(tracker, run, last)
+            run.regrown = newest is not None
             if attribute:
                 # Only roots whose graph reaches back before the last two steps: the latest step's
                 # own `loss` and `logits` are no holders of what grew, a `total_loss` chain is.
@@ -177,7 +180,9 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                 run.retained_holders = _attribute(tracker, survivors, run, named_roots)
                 run.graph_holders = _by_subject(h for _, h in named_roots)
                 del named_roots
-                run.regrown_holders = _regrown(tracker, run, last)
+                if newest is not None:
+                    grouped = _holders_for(tracker, {newest.key: newest})
+                    run.regrown_holders = [holder for holder, _ in grouped.values() if holder.subject]
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
@@ -188,19 +193,24 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
     return run
 
 
-def _regrown(tracker: LiveStorageTracker, run: Run, last: int) -> list[Holder]:
-    """The holder of the biggest storage the last steps made, when the live set rose at every
-    collection: one tensor made anew and bigger each step (`self.hist = torch.cat([self.hist, row])`)
-    leaves no survivor from an earlier step, only a newest one that keeps growing."""
+# Ops that make a tensor from the one before it plus more: the way one keeps growing in place of itself.
+_CONCATENATING = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
+                            "column_stack", "row_stack", "constant_pad_nd", "pad"})
+
+
+def _newest_regrown(tracker: LiveStorageTracker, run: Run, last: int) -> StorageRecord | None:
+    """The biggest storage the last steps made by concatenation, when the live set rose at every
+    collection: one tensor made anew and bigger each step (`self.hist = torch.cat([self.hist,
+    row])`) leaves no survivor from an earlier step, only a newest one that keeps growing. Made by
+    another op (a longer sequence's logits under a length curriculum, kept detached) it is no leak."""
     after = [c.live_after for c in run.collections if c.step >= run.warmup]
     if len(after) < 5 or not all(b > a for a, b in zip(after, after[1:])):
-        return []
+        return None
     newest = [r for r in list(tracker.records.values()) if r.step > last - 2 and r() is not None]
     if not newest:
-        return []
+        return None
     biggest = max(newest, key=lambda r: r.nbytes)
-    grouped = _holders_for(tracker, {biggest.key: biggest})
-    return [holder for holder, _ in grouped.values() if holder.subject]
+    return biggest if biggest.op.split(".")[0] in _CONCATENATING else None
 
 
 def _collect(tracker: LiveStorageTracker, run: Run, step: int) -> None:

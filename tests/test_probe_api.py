@@ -341,3 +341,37 @@ def test_a_leak_every_seventh_step_is_not_taken_for_a_filled_buffer_with_a_strid
     assert 0.4 < report.bytes_per_step / (16384 / 7) < 2.5
     exact = probe(step, steps=80, track_every=1)
     assert exact.bytes_per_step == pytest.approx(16384 / 7, rel=0.1)
+
+
+def test_a_longer_input_each_stage_is_no_regrown_tensor():
+    # A sequence-length curriculum keeps the last (detached) logits: the live set rises at every
+    # collection, but the newest copy is no concatenation of the one before: clean.
+    layer = torch.nn.Linear(16, 16)
+    last, calls = {}, [0]
+
+    def step():
+        calls[0] += 1
+        length = 16 + 16 * (calls[0] // 10)
+        out = layer(torch.randn(length, 16))
+        out.pow(2).mean().backward()
+        last["logits"] = out.detach()
+
+    assert probe(step, steps=60, track_every=1).verdict is Verdict.CLEAN
+
+
+@pytest.mark.parametrize("steps, every", [(23, 4), (30, 4), (50, 2), (50, 5), (70, None)])
+def test_micro_batch_losses_kept_for_one_backward_are_no_growing_graph(steps, every):
+    # The kept graph comes and goes (0, 4, 8, 4, 8 nodes at the collections): not growth.
+    layer = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.01)
+    pending = []
+
+    def step():
+        pending.append(layer(torch.randn(16, 8)).pow(2).mean())
+        if len(pending) == 4:
+            opt.zero_grad()
+            torch.stack(pending).mean().backward()
+            opt.step()
+            pending.clear()
+
+    assert probe(step, steps=steps, track_every=every).verdict is Verdict.CLEAN
