@@ -466,7 +466,8 @@ def _default_holder(function: types.FunctionType, defaults, node: _Node) -> Hold
     if not parameter:
         return None
     file, line = _source_line(function)
-    return Holder("default", parameter, file, line,
+    # Named by its function too: a bare `buf` would join static findings on any variable `buf`.
+    return Holder("default", f"{function.__qualname__}.<default {parameter}>", file, line,
                   f"mutable default argument {parameter!r} of {function.__qualname__}(): one object, made when "
                   f"the def ran, shared by every call")
 

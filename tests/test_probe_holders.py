@@ -202,7 +202,7 @@ def test_mutable_default_arguments_are_named_by_their_parameters():
     report = probe(case("default_arguments"), steps=40)
     assert report.verdict is Verdict.RETAINED
     holders = by_subject(report)
-    assert set(holders) == {"seen", "by_shape"}
+    assert set(holders) == {"remember.<default seen>", "remember.<default by_shape>"}
     for holder in holders.values():
         assert holder.kind == "default" and "of remember()" in holder.detail
         assert holder.bytes_per_step == pytest.approx(64.0) and holder.line == case_line("def remember(")
