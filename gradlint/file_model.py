@@ -366,7 +366,10 @@ class FileModel:
     @cached_property
     def trained_buffers(self) -> set[str]:
         """Containers backward is run through and that are then emptied (trained_buffers.py)."""
-        return trained_and_emptied([f for f, _, _ in self._all_functions], self.imports)
+        # Only a function that stores or calls backward can fill, empty or train a container.
+        functions = [f for f, _, _ in self._all_functions
+                     if self.prescan(f).stores or self.prescan(f).backward_roots or self.prescan(f).deletes]
+        return trained_and_emptied(functions, self.imports)
 
     @cached_property
     def call_sites(self) -> list[CallSite]:

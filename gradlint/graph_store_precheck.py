@@ -104,6 +104,7 @@ class _Scope:
         self.loads: set[str] = set()
         self.attribute_loads: set[str] = set()  # `x.total` read: "total"
         self.called: list[ast.expr] = []  # each call's function
+        self.calls: list[ast.Call] = []
         self.calls_backward = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on (prescan's)
         self.returns_value = False  # a `return x` (flow gives a call of it what x is)
@@ -217,7 +218,16 @@ class _Scope:
     def given_graph(self, facts: _FileFacts) -> bool:
         """Whether a function that may make graph-attached values calls this def (by name): flow
         walks it with the caller's values, and keeps what it stores on an attribute or a global."""
-        return not isinstance(self.node, (ast.Module, ast.ClassDef)) and self.node.name in facts.defs_given_graph
+        return not isinstance(self.node, (ast.Module, ast.ClassDef)) and self.stores_a_parameter \
+            and self.node.name in facts.defs_given_graph
+
+    @cached_property
+    def stores_a_parameter(self) -> bool:
+        """Whether a store here keeps something read from a parameter: what a caller passes can
+        only be kept that way."""
+        params = self.params - {self.self_name}
+        return any(isinstance(node, ast.Name) and node.id in params
+                   for site in self.sites for value in site.values for node in ast.walk(value))
 
     def makes_graph_itself(self, facts: _FileFacts) -> bool:
         if self.makes_graph_directly(facts):
@@ -285,7 +295,7 @@ class _Scope:
         its stores into self (walked with no attributes known), register_buffer/register_parameter."""
         if self._init_attributes is None:
             owner = self.node.args.args[0].arg
-            values = _GraphValues(self, facts, own_attributes={})
+            values = _GraphValues(self, facts, own_attributes={}, given=False)  # as flow: no caller binds them
             found: dict[str, _Kinds] = {}
             for targets, value, derived in values.bindings:
                 for target in targets:
@@ -327,7 +337,8 @@ class _GraphValues:
     flow.py's evaluation (values.py) with each answer widened to "may", and each name or
     attribute holding everything any of its bindings gives it (flow-insensitive)."""
 
-    def __init__(self, scope: _Scope, facts: _FileFacts, own_attributes: dict[str, _Kinds] | None = None):
+    def __init__(self, scope: _Scope, facts: _FileFacts, own_attributes: dict[str, _Kinds] | None = None,
+                 given: bool = True):
         self.facts = facts
         self.module_uses = scope.module_uses
         self.self_name = scope.self_name
@@ -346,7 +357,7 @@ class _GraphValues:
         self.held: dict[str, _Kinds] = dict.fromkeys(roots, _Kinds(tensor=True, graph=True))
         for name, kinds in scope.module_params(facts).items():
             self.held[name] = self.held.get(name, _NOTHING) | kinds
-        if scope.given_graph(facts):  # walked with a caller's arguments: any may be graph-attached
+        if given and scope.given_graph(facts):  # walked with a caller's arguments: any may be graph-attached
             for name in scope.params - {scope.self_name}:
                 self.held[name] = self.held.get(name, _NOTHING) | _Kinds(tensor=True, graph=True)
         changed = True
@@ -638,9 +649,23 @@ class _FileFacts:
 
     @cached_property
     def defs_given_graph(self) -> set[str]:
-        """The names (last part) a function that may make graph-attached values calls."""
-        return {callee.rsplit(".", 1)[-1] for scope in self.scopes if scope.makes_graph_itself(self)
-                for callee in scope.callees}
+        """The names (last part) of the defs that keep a parameter and that some function calls
+        with an argument that may be graph-attached (or a module)."""
+        keepers = {scope.node.name for scope in self.scopes
+                   if not isinstance(scope.node, (ast.Module, ast.ClassDef)) and scope.stores_a_parameter}
+        found: set[str] = set()
+        if not keepers:
+            return found
+        for scope in self.scopes:
+            calls = [c for c in scope.calls if (_dotted(c.func) or "").rsplit(".", 1)[-1] in keepers - found]
+            if not calls or not scope.makes_graph_itself(self):
+                continue
+            values = _GraphValues(scope, self, given=False)  # one level: what the caller makes itself
+            for call in calls:
+                kinds = values._either((*call.args, *(k.value for k in call.keywords)))
+                if kinds.graph or kinds.parameter or kinds.module:
+                    found.add(_dotted(call.func).rsplit(".", 1)[-1])
+        return found
 
     @cached_property
     def graph_defs(self) -> set[str]:
@@ -755,6 +780,7 @@ class _FileFacts:
             if scope.owner is not None and _is_text(node.args[1]):
                 self.method_stores.add(node.args[1].value)
         scope.called.append(func)
+        scope.calls.append(node)
         hook = (node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "hook"), None)) \
             if isinstance(func, ast.Attribute) and func.attr in FORWARD_HOOK_REGISTRATIONS else None
         if hook is not None:

@@ -83,6 +83,7 @@ class Prescan:
         self.stores = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on
         self.frozen: set[str] = set()  # `teacher.requires_grad_(False)`: its outputs carry no graph
+        self.deletes = False
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
@@ -127,6 +128,9 @@ class Prescan:
 
     def _named_expr(self, node: cst.NamedExpr) -> None:
         self.assigned.update(target_names(node.target))
+
+    def _del(self, node: cst.Del) -> None:
+        self.deletes = True  # `del x[:]` empties a container (trained_buffers.py)
 
     def _global(self, node: cst.Global) -> None:
         self.declared_global.update(n.name.value for n in node.names)
@@ -249,6 +253,7 @@ _NOTES = {
     cst.Attribute: Prescan._attribute,
     cst.BinaryOperation: Prescan._binary,
     cst.Return: Prescan._return,
+    cst.Del: Prescan._del,
 }
 
 

@@ -24,7 +24,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint.names import dotted
-from gradlint.prescan import child_nodes, descendants
+from gradlint.prescan import child_nodes
 
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _ADDING = frozenset({"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"})
@@ -72,9 +72,8 @@ class _Facts:
         self.sources: dict[str, list[tuple[int, set[str]]]] = {}
         self.roots: list[tuple[int, set[str]]] = []  # what backward is called on, and where
         self._explicitly_emptied: set[str] = set()  # clear(), del x[:], x[:] = []
-        self._made: list[tuple[str, bool, bool]] = []  # x = []: the name, inside a loop, a reset
-        self._globals = {n.name.value for node in descendants(function.body) if isinstance(node, cst.Global)
-                         for n in node.names}
+        self._made: list[tuple[str, bool]] = []  # x = []: the name, whether inside a loop
+        self._globals: set[str] = set()  # filled as the body is read: used at the end only
         self._bound: set[str] = set()
         self._added: set[str] = set()
         self._loops = 0
@@ -94,7 +93,8 @@ class _Facts:
         """`x = []` empties a container only where it is no creation: in a loop (a new one each
         episode), or in a function that does not fill it (REINFORCE's finish_episode); the list
         an XBM memory starts from, made before the loop that fills it, is never emptied."""
-        rebound = {name for name, in_loop, reset in self._made if in_loop or (reset and name not in self._added)}
+        rebound = {name for name, in_loop in self._made
+                   if in_loop or (("." in name or name in self._globals) and name not in self._added)}
         return {self._key(n) for n in self._explicitly_emptied | rebound}
 
     def trained(self) -> set[str]:
@@ -136,6 +136,8 @@ class _Facts:
             self._bind(node.target, node.iter)
         elif isinstance(node, cst.Del):
             self._delete(node.target)
+        elif isinstance(node, cst.Global):
+            self._globals.update(n.name.value for n in node.names)
         elif isinstance(node, cst.Call):
             self._call(node)
         for child in child_nodes(node):
@@ -169,9 +171,9 @@ class _Facts:
         elif isinstance(target, (cst.Name, cst.Attribute)) and _is_new_container(value, self.imports):
             name = dotted(target)
             if name is not None:
-                # An attribute or a declared global made again is a reset; a local made here is new.
-                reset = "." in name or name in self._globals
-                self._made.append((name, self._loops > 0, reset))
+                # An attribute or a declared global made again is a reset; a local made here is new
+                # (decided in `emptied`, once the function's `global` statements are all read).
+                self._made.append((name, self._loops > 0))
 
     def _delete(self, target: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
