@@ -219,7 +219,7 @@ class _Scope:
         """Whether a function that may make graph-attached values calls this def (by name): flow
         walks it with the caller's values, and keeps what it stores on an attribute or a global."""
         return not isinstance(self.node, (ast.Module, ast.ClassDef)) and self.stores_a_parameter \
-            and self.node.name in facts.defs_given_graph
+            and facts.given_graph(self.node.name)
 
     @cached_property
     def stores_a_parameter(self) -> bool:
@@ -472,12 +472,12 @@ class _GraphValues:
                 found |= _Kinds(tensor=True, graph=True)  # a distribution's log_prob, as flow reads it
             if method == "apply":  # an autograd Function's
                 found |= _Kinds(tensor=True, graph=passes_graph)
-            found |= self._own_call(method, passes_graph or arguments.module)
+            found |= self._own_call(method, passes_graph, arguments.module)
         elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
             found |= arguments._replace(graph=passes_graph)
         elif isinstance(func, ast.Name):
             # a module passed in is called there: `run_layer(nn.Linear(4, 4), x)`
-            found |= self._own_call(func.id, passes_graph or arguments.module)
+            found |= self._own_call(func.id, passes_graph, arguments.module)
         name = _dotted(func)
         if name is None:
             return found
@@ -500,14 +500,16 @@ class _GraphValues:
             return found._replace(module=True, instance=True)
         return found
 
-    def _own_call(self, name: str, passes_graph: bool) -> _Kinds:
+    def _own_call(self, name: str, passes_graph: bool, passes_module: bool = False) -> _Kinds:
         """A call of a def of this file (by name: a method or a function), which flow walks with
-        the call's arguments: what it returns may be what it was given, or what it made."""
+        the call's arguments: what it returns may be what it was given, or what it made, or what
+        a module it was given made when it calls that parameter (`run_layer(nn.Linear(4, 4), x)`)."""
         if name not in self.facts.returning_defs:
             return _NOTHING
         if name in self.facts.graph_defs:
             return _Kinds(module=True, tensor=True, graph=True, instance=True)
-        return _Kinds(tensor=True, graph=passes_graph)
+        calls_it = passes_module and name in self.facts.parameter_callers
+        return _Kinds(tensor=True, graph=passes_graph or calls_it)
 
     def reads(self, value: ast.expr, target: str) -> bool:
         """Whether `value` may read `target`, directly or through the names it reads
@@ -623,6 +625,8 @@ class _FileFacts:
         self._top_level_calls: dict[str, set[str]] = {}  # `model = Net()` at the top: model -> {Net}
         # Forward hooks, as FileModel.forward_hooks finds them: by name, by the factory that
         # returns them, or by an instance whose __call__ is one.
+        self._given: dict[str, bool] = {}  # see given_graph
+        self._values: dict[int, _GraphValues] = {}
         self.hook_names: set[str] = set()
         self.hook_factories: set[str] = set()
         self.scopes: list[_Scope] = [_Scope(tree, None)]
@@ -648,24 +652,38 @@ class _FileFacts:
         return {scope.node.name for scope in self.scopes if scope.returns_value}
 
     @cached_property
-    def defs_given_graph(self) -> set[str]:
-        """The names (last part) of the defs that keep a parameter and that some function calls
-        with an argument that may be graph-attached (or a module)."""
-        keepers = {scope.node.name for scope in self.scopes
-                   if not isinstance(scope.node, (ast.Module, ast.ClassDef)) and scope.stores_a_parameter}
+    def parameter_callers(self) -> set[str]:
+        """The defs that call one of their parameters (`fn(x)`, `block.forward(x)`): given a
+        module, they make graph-attached values."""
         found: set[str] = set()
-        if not keepers:
-            return found
         for scope in self.scopes:
-            calls = [c for c in scope.calls if (_dotted(c.func) or "").rsplit(".", 1)[-1] in keepers - found]
-            if not calls or not scope.makes_graph_itself(self):
+            if isinstance(scope.node, (ast.Module, ast.ClassDef)):
                 continue
-            values = _GraphValues(scope, self, given=False)  # one level: what the caller makes itself
-            for call in calls:
-                kinds = values._either((*call.args, *(k.value for k in call.keywords)))
-                if kinds.graph or kinds.parameter or kinds.module:
-                    found.add(_dotted(call.func).rsplit(".", 1)[-1])
+            params = scope.params - {scope.self_name}
+            for func in scope.called:
+                head = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+                if isinstance(head, ast.Name) and head.id in params:
+                    found.add(scope.node.name)
+                    break
         return found
+
+    def given_graph(self, name: str) -> bool:
+        """Whether some function that may make graph-attached values calls a def of this name
+        (last part) with an argument that may be one (or a module, when it calls that parameter)."""
+        known = self._given.get(name)
+        if known is None:
+            known = self._given[name] = any(
+                self._passes_graph(scope, call) for scope in self.scopes for call in scope.calls
+                if (_dotted(call.func) or "").rsplit(".", 1)[-1] == name and scope.makes_graph_itself(self))
+        return known
+
+    def _passes_graph(self, scope: _Scope, call: ast.Call) -> bool:
+        values = self._values.get(id(scope))
+        if values is None:  # one level: what the caller makes itself
+            values = self._values[id(scope)] = _GraphValues(scope, self, given=False)
+        kinds = values._either((*call.args, *(k.value for k in call.keywords)))
+        callee = (_dotted(call.func) or "").rsplit(".", 1)[-1]
+        return kinds.graph or kinds.parameter or kinds.module and callee in self.parameter_callers
 
     @cached_property
     def graph_defs(self) -> set[str]:
