@@ -472,7 +472,9 @@ class _GraphValues:
                 found |= _Kinds(tensor=True, graph=True)  # a distribution's log_prob, as flow reads it
             if method == "apply":  # an autograd Function's
                 found |= _Kinds(tensor=True, graph=passes_graph)
-            found |= self._own_call(method, passes_graph, arguments.module)
+            # flow walks `self.method()` and a method of an instance of a class of the file
+            if receiver.instance or _is_own_receiver(func.value, self.self_name, self.facts):
+                found |= self._own_call(method, passes_graph, arguments.module)
         elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
             found |= arguments._replace(graph=passes_graph)
         elif isinstance(func, ast.Name):
@@ -674,7 +676,7 @@ class _FileFacts:
         if known is None:
             known = self._given[name] = any(
                 self._passes_graph(scope, call) for scope in self.scopes for call in scope.calls
-                if (_dotted(call.func) or "").rsplit(".", 1)[-1] == name and scope.makes_graph_itself(self))
+                if _calls_own(call, name, scope.self_name, self) and scope.makes_graph_itself(self))
         return known
 
     def _passes_graph(self, scope: _Scope, call: ast.Call) -> bool:
@@ -942,6 +944,22 @@ def _annotated_class(annotation: ast.expr | None, facts: _FileFacts) -> str | No
         return annotation.value
     name = _dotted(annotation)
     return facts.qualify(name) if name is not None else None
+
+
+def _is_own_receiver(receiver: ast.expr, self_name: str | None, facts: _FileFacts) -> bool:
+    """`self.m()` in a method, or `meter.m()` on a top-level instance of a class of the file."""
+    if not isinstance(receiver, ast.Name):
+        return False
+    return receiver.id == self_name or bool(facts.classes_of(receiver.id) & {c.name for c in facts.classes})
+
+
+def _calls_own(call: ast.Call, name: str, self_name: str | None, facts: _FileFacts) -> bool:
+    """A call of the def `name` as flow follows it: by its name, or as a method of self or of an
+    instance of a class of the file."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == name
+    return isinstance(func, ast.Attribute) and func.attr == name and _is_own_receiver(func.value, self_name, facts)
 
 
 def _is_text(node: ast.expr) -> bool:
