@@ -108,6 +108,7 @@ class _Scope:
         self.calls_backward = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on (prescan's)
         self.returns_value = False  # a `return x` (flow gives a call of it what x is)
+        self.returns: list[ast.expr] = []
         self.parent: _Scope | None = None  # the scope the def is in
         self.sites: list[_Site] = []
         self.step_loops: set[int] = set()  # loops that call backward/step/zero_grad
@@ -229,11 +230,19 @@ class _Scope:
         return any(isinstance(node, ast.Name) and node.id in params
                    for site in self.sites for value in site.values for node in ast.walk(value))
 
+    def may_make_graph_cheaply(self, facts: _FileFacts) -> bool:
+        """makes_graph_itself, or an __init__ that puts a module or parameter on self."""
+        if self.makes_graph_itself(facts):
+            return True
+        init = self.init(facts)
+        return init is not None and init is not self and (
+            "register_parameter" in init.attribute_loads or init.makes_graph_directly(facts))
+
     def makes_graph_itself(self, facts: _FileFacts) -> bool:
         if self.makes_graph_directly(facts):
             return True
         # flow walks a call of the file's own function or method with its arguments
-        return any(callee.rsplit(".", 1)[-1] in facts.graph_defs for callee in self.callees)
+        return any(facts.returns_graph(callee.rsplit(".", 1)[-1]) for callee in self.callees)
 
     def makes_graph_directly(self, facts: _FileFacts) -> bool:
         if self.calls_backward:
@@ -508,7 +517,7 @@ class _GraphValues:
         a module it was given made when it calls that parameter (`run_layer(nn.Linear(4, 4), x)`)."""
         if name not in self.facts.returning_defs:
             return _NOTHING
-        if name in self.facts.graph_defs:
+        if self.facts.returns_graph(name):
             return _Kinds(module=True, tensor=True, graph=True, instance=True)
         calls_it = passes_module and name in self.facts.parameter_callers
         return _Kinds(tensor=True, graph=passes_graph or calls_it)
@@ -628,6 +637,7 @@ class _FileFacts:
         # Forward hooks, as FileModel.forward_hooks finds them: by name, by the factory that
         # returns them, or by an instance whose __call__ is one.
         self._given: dict[str, bool] = {}  # see given_graph
+        self._returns_graph: dict[str, bool] = {}
         self._values: dict[int, _GraphValues] = {}
         self.hook_names: set[str] = set()
         self.hook_factories: set[str] = set()
@@ -687,24 +697,26 @@ class _FileFacts:
         callee = (_dotted(call.func) or "").rsplit(".", 1)[-1]
         return kinds.graph or kinds.parameter or kinds.module and callee in self.parameter_callers
 
-    @cached_property
-    def graph_defs(self) -> set[str]:
-        """The names of the defs whose result may be graph-attached or a module whatever they are
-        given: they make one themselves, or call such a def."""
-        found: set[str] = set()
-        candidates = [scope for scope in self.scopes if scope.returns_value]
-        changed = True
-        while changed:
-            changed = False
-            for scope in candidates:
-                init = scope.init(self)
-                if scope.node.name not in found and (scope.makes_graph_directly(self) or any(
-                        callee.rsplit(".", 1)[-1] in found for callee in scope.callees)
-                        or init is not None and init is not scope and (
-                            "register_parameter" in init.attribute_loads or init.makes_graph_directly(self))):
-                    found.add(scope.node.name)
-                    changed = True
-        return found
+    def returns_graph(self, name: str) -> bool:
+        """Whether a def of this name may return a graph-attached value or a module whatever it is
+        given: one of its `return`s may give one, by what it makes itself or calls (what it is given
+        is the call's own business: _GraphValues._own_call)."""
+        known = self._returns_graph.get(name)
+        if known is None:
+            self._returns_graph[name] = True  # a recursion assumes the worst, as a superset must
+            known = False
+            for scope in self.scopes:
+                if isinstance(scope.node, (ast.Module, ast.ClassDef)) or scope.node.name != name \
+                        or not scope.returns:
+                    continue
+                if not (scope.may_make_graph_cheaply(self)):
+                    continue
+                values = _GraphValues(scope, self, given=False)
+                if any((k := values.kinds(value)).graph or k.module or k.parameter for value in scope.returns):
+                    known = True
+                    break
+            self._returns_graph[name] = known
+        return known
 
     def ancestors(self, name: str) -> set[str]:
         """The class and its bases in this file, as FileModel.method_of follows them."""
@@ -866,6 +878,7 @@ class _FileFacts:
         if value is not None and not (isinstance(value, ast.Constant) and value.value is None) \
                 and not isinstance(scope.node, ast.Module):
             scope.returns_value = True
+            scope.returns.append(value)
         self._children(node, scope, loops)
 
     def _declaration(self, node: ast.Global | ast.Nonlocal, scope: _Scope, loops) -> None:
