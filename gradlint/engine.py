@@ -152,7 +152,7 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to parse"))
         return result
     try:
-        model = FileModel(module, path)
+        model = FileModel(module, path, source)
         hits: list[tuple[Rule, Hit]] = []
         for rule in rules:
             hits.extend((rule, hit) for hit in rule.check(model))

@@ -74,9 +74,11 @@ class _ClassInfo:
 
 
 class FileModel:
-    def __init__(self, module: cst.Module, path: str = "<string>"):
+    def __init__(self, module: cst.Module, path: str = "<string>", source: str | None = None):
         self.module = module
         self.path = path
+        # Text questions answered without a walk (None: ask the tree): does the file register hooks?
+        self._source = source
         self.imports = ImportTable()
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs, by name
         self.module_names: set[str] = set()
@@ -333,19 +335,19 @@ class FileModel:
         """The defs registered as forward hooks (`layer.register_forward_hook(hook)`): torch calls
         them with (module, input, output), the output of a module call: graph-attached."""
         hooks: set[int] = set()
+        if self._source is not None and not any(r in self._source for r in api.FORWARD_HOOK_REGISTRATIONS):
+            return hooks  # most files: no pass over their functions at all
+        # Read from the prescans (shared with the walks).
+        scans = [self.prescan(self.module)] + [self.prescan(f) for f, _, _ in self._all_functions]
+        registrations = [call for scan in scans for call in scan.hook_registrations if call.args]
         # Only in a file that trains: feature extraction runs its forwards under no_grad.
-        if not any(isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "backward"
-                   for site in self.call_sites):
+        if not registrations or not any(scan.calls_backward for scan in scans):
             return hooks
         defs_by_name: dict[str, list[cst.FunctionDef]] = {}
         for function, _, _ in self._all_functions:
             defs_by_name.setdefault(function.name.value, []).append(function)
-        for site in self.call_sites:
-            func = site.call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value in api.FORWARD_HOOK_REGISTRATIONS
-                    and site.call.args):
-                continue
-            first = site.call.args[0]
+        for call in registrations:
+            first = call.args[0]
             hook = first.value if first.keyword is None or first.keyword.value == "hook" else None
             if hook is None:
                 continue

@@ -685,9 +685,21 @@ class _FileFacts:
         known = self._given.get(name)
         if known is None:
             known = self._given[name] = any(
-                self._passes_graph(scope, call) for scope in self.scopes for call in scope.calls
-                if _calls_own(call, name, scope.self_name, self) and scope.makes_graph_itself(self))
+                self._passes_graph(scope, call) for scope, call in self._own_calls.get(name, ())
+                if scope.makes_graph_itself(self))
         return known
+
+    @cached_property
+    def _own_calls(self) -> dict[str, list[tuple[_Scope, ast.Call]]]:
+        """Each call flow follows into a def of the file, by the def's name (see _calls_own)."""
+        found: dict[str, list[tuple[_Scope, ast.Call]]] = {}
+        for scope in self.scopes:
+            for call in scope.calls:
+                func = call.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+                if name is not None and _calls_own(call, name, scope.self_name, self):
+                    found.setdefault(name, []).append((scope, call))
+        return found
 
     def _passes_graph(self, scope: _Scope, call: ast.Call) -> bool:
         values = self._values.get(id(scope))
@@ -729,6 +741,10 @@ class _FileFacts:
             found.add(current)
             todo.extend(base.rsplit(".", 1)[-1] for base in by_name[current].bases)
         return found
+
+    @cached_property
+    def class_names(self) -> set[str]:
+        return {cls.name for cls in self.classes}
 
     def classes_of(self, name: str) -> set[str]:
         """The classes a top-level name is bound to a call of (`recorder = Recorder()`)."""
@@ -963,7 +979,7 @@ def _is_own_receiver(receiver: ast.expr, self_name: str | None, facts: _FileFact
     """`self.m()` in a method, or `meter.m()` on a top-level instance of a class of the file."""
     if not isinstance(receiver, ast.Name):
         return False
-    return receiver.id == self_name or bool(facts.classes_of(receiver.id) & {c.name for c in facts.classes})
+    return receiver.id == self_name or bool(facts.classes_of(receiver.id) & facts.class_names)
 
 
 def _calls_own(call: ast.Call, name: str, self_name: str | None, facts: _FileFacts) -> bool:

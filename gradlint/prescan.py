@@ -84,6 +84,8 @@ class Prescan:
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on
         self.frozen: set[str] = set()  # `teacher.requires_grad_(False)`: its outputs carry no graph
         self.deletes = False
+        self.calls_backward = False
+        self.hook_registrations: list[cst.Call] = []  # `layer.register_forward_hook(hook)`
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
@@ -186,6 +188,10 @@ class Prescan:
             method = func.attr.value
             if method in _STORING_METHODS:
                 self.stores = True
+            if method == "backward":
+                self.calls_backward = True
+            elif method in api.FORWARD_HOOK_REGISTRATIONS:
+                self.hook_registrations.append(node)
             receiver = func.value.value if isinstance(func.value, cst.Name) else None
             if receiver is not None and method in api.MODULE_ONLY_METHODS:
                 self.module_uses.add(receiver)
