@@ -18,7 +18,7 @@ from gradlint.flow import (_SCALAR_LIKE, AttributeStore, ContainerAdd, FunctionR
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites
 from gradlint.trained_buffers import trained_and_emptied
-from gradlint.prescan import Prescan, child_nodes, descendants
+from gradlint.prescan import Prescan, child_nodes
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
 
@@ -659,10 +659,7 @@ class FileModel:
 
     def _calls_a_storing_def(self, function: cst.FunctionDef) -> bool:
         """A call of a def of this file that stores (walked with this function's values)."""
-        if not self._storing_defs:
-            return False
-        return any(isinstance(n, cst.Call) and _last_name(n.func) in self._storing_defs
-                   for n in descendants(function.body))
+        return not self.prescan(function).called_names.isdisjoint(self._storing_defs)
 
     def _plain_walk(self, function: cst.FunctionDef | cst.Module, role: FunctionRole,
                     closure: frozenset[str] = frozenset()) -> Walk:

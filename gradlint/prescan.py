@@ -85,6 +85,7 @@ class Prescan:
         self.frozen: set[str] = set()  # `teacher.requires_grad_(False)`: its outputs carry no graph
         self.deletes = False
         self.calls_backward = False
+        self.called_names: set[str] = set()  # functions and methods called, by their last name
         self.hook_registrations: list[cst.Call] = []  # `layer.register_forward_hook(hook)`
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
@@ -184,8 +185,11 @@ class Prescan:
 
     def _call(self, node: cst.Call) -> None:
         func = node.func
+        if isinstance(func, cst.Name):
+            self.called_names.add(func.value)
         if isinstance(func, cst.Attribute):
             method = func.attr.value
+            self.called_names.add(method)
             if method in _STORING_METHODS:
                 self.stores = True
             if method == "backward":
