@@ -514,8 +514,9 @@ class FileModel:
     def call_result(self, function: cst.FunctionDef, owner: _ClassInfo | None, call: cst.Call,
                     args: list[tuple[cst.Arg, Val]], receiver: Val | None, receiver_name: str | None) -> Val:
         """What a call of one of this file's functions (or of a method, on `receiver`) gives: its
-        body walked with the call's arguments bound, the returned values merged. Its events are
-        not the caller's: a finding belongs to the function's own walk."""
+        body walked with the call's arguments bound, the returned values merged. Of its events,
+        only what it keeps on an attribute or a global for graph-attached arguments is kept (as a
+        walk of its own, reported at the helper's line); the rest belong to the caller."""
         if function.asynchronous is not None or self._is_generator(function):
             return UNKNOWN
         if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH:
