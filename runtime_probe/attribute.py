@@ -133,6 +133,14 @@ def _instance_attribute(owner, attr: str, kind: str) -> Holder:
                               f"item {attr!r} of the {cls.__name__} {name!r} of a {user_cls.__name__}")
             return Holder("attribute", f"{user_cls.__name__}.{name}.{attr}", user_file, user_line,
                           f"{kind} {attr!r} of {qualified} (attribute {name!r} of a {user_cls.__name__})")
+        container = _torch_container_of(owner)
+        user = _user_attribute_of(container) if container is not None else None
+        if user is not None:  # `self.blocks.append(nn.Linear(8, 8))` each step: Net.blocks
+            user_cls, name = user
+            user_file, user_line = _source_line(user_cls)
+            return Holder("attribute", f"{user_cls.__name__}.{name}", user_file, user_line,
+                          f"{kind} {attr!r} of a {cls.__name__} in the {type(container).__name__} {name!r} "
+                          f"of a {user_cls.__name__}")
         return Holder("attribute", f"{cls.__name__}.{attr}", "", 0, f"{kind} {attr!r} of a {qualified}")
     module, name = bindings[0]
     return Holder("attribute", aliases[0], module.__file__, _global_line(module, name),
@@ -165,6 +173,21 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
                         name = next((k for k, v in dict.items(held) if v is owner and isinstance(k, str)), None)
                 if name is not None:
                     return type(instance), name
+    return None
+
+
+def _torch_container_of(module):
+    """The nn.ModuleList / Sequential / ModuleDict that keeps `module` in its _modules, if one does."""
+    for referrer in gc.get_referrers(module):
+        if type(referrer) is not dict:
+            continue
+        for holder in gc.get_referrers(referrer):
+            # the container itself (inline values, 3.11+) or its materialised __dict__
+            candidates = [h for h in gc.get_referrers(holder) if getattr(h, "__dict__", None) is holder] \
+                if type(holder) is dict else [holder]
+            for candidate in candidates:
+                if _is_torch_container(candidate) and _registry_of(candidate, referrer):
+                    return candidate
     return None
 
 

@@ -198,6 +198,14 @@ def test_a_parameter_list_that_grows_from_a_late_step_is_named_and_measured_from
     assert holder.bytes_per_step == pytest.approx(256.0) and report.bytes_per_step == pytest.approx(256.0)
 
 
+def test_a_module_list_that_grows_is_named_by_the_users_attribute():
+    report = probe(case("module_list_grows"), steps=40, track_every=1)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders  # was Linear.weight and Linear.bias, with no file
+    assert holder.subject == "Adapters.blocks" and holder.line == case_line("class Adapters")
+    assert holder.bytes_per_step == pytest.approx(80.0)
+
+
 def test_mutable_default_arguments_are_named_by_their_parameters():
     report = probe(case("default_arguments"), steps=40)
     assert report.verdict is Verdict.RETAINED

@@ -100,6 +100,7 @@ class Adapters(nn.Module):
     def __init__(self):
         super().__init__()
         self.extra = nn.ParameterList()
+        self.blocks = nn.ModuleList()
 
 
 def remember(x, seen=[], *, by_shape={}):  # noqa: B006 - the leak under test
@@ -175,3 +176,7 @@ def parameter_list_from_call_30():
     calls[0] += 1
     if calls[0] >= 30:  # nn.Parameter makes a new tensor object on the zeros' storage: no op returns it
         adapters.extra.append(nn.Parameter(torch.zeros(64)))  # 256 B
+
+
+def module_list_grows():
+    adapters.blocks.append(nn.Linear(4, 4))  # weight 64 B + bias 16 B
