@@ -152,13 +152,7 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
     attribute. On 3.11 the instance itself refers to it (inline values), else its __dict__ does;
     the attribute is read with dict.items, so no user code runs."""
     for referrer in gc.get_referrers(owner):
-        if type(referrer) is dict:
-            instances = [h for h in gc.get_referrers(referrer)
-                         if getattr(h, "__dict__", None) is referrer or _registry_of(h, referrer)]
-            instances += [h for d in gc.get_referrers(referrer) if type(d) is dict
-                          for h in gc.get_referrers(d) if getattr(h, "__dict__", None) is d and _registry_of(h, referrer)]
-        else:
-            instances = [referrer]
+        instances = _holders_of_dict(referrer) if type(referrer) is dict else [referrer]
         for instance in instances:
             if isinstance(instance, _NOT_INSTANCES) or not hasattr(instance, "__dict__"):
                 continue
@@ -179,16 +173,25 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
 def _torch_container_of(module):
     """The nn.ModuleList / Sequential / ModuleDict that keeps `module` in its _modules, if one does."""
     for referrer in gc.get_referrers(module):
-        if type(referrer) is not dict:
-            continue
-        for holder in gc.get_referrers(referrer):
-            # the container itself (inline values, 3.11+) or its materialised __dict__
-            candidates = [h for h in gc.get_referrers(holder) if getattr(h, "__dict__", None) is holder] \
-                if type(holder) is dict else [holder]
-            for candidate in candidates:
-                if _is_torch_container(candidate) and _registry_of(candidate, referrer):
-                    return candidate
+        if type(referrer) is dict:
+            for holder in _holders_of_dict(referrer):
+                if _is_torch_container(holder) and _registry_of(holder, referrer):
+                    return holder
     return None
+
+
+def _holders_of_dict(d: dict) -> list:
+    """The instances whose attributes `d` is, or that keep it in an attribute (an nn.Module's
+    _modules/_parameters/_buffers): the instance itself refers to it (inline values, 3.11+), or its
+    materialised __dict__ does. One heap scan for `d`, one per dict that refers to it."""
+    found = []
+    for holder in gc.get_referrers(d):
+        if type(holder) is dict:
+            found.extend(h for h in gc.get_referrers(holder)
+                         if getattr(h, "__dict__", None) is holder and _registry_of(h, d))
+        elif getattr(holder, "__dict__", None) is d or _registry_of(holder, d):
+            found.append(holder)
+    return found
 
 
 def _registry_of(instance, registry: dict) -> bool:
