@@ -353,8 +353,8 @@ class FileModel:
                 continue
             if isinstance(hook, cst.Call):  # `get_activation("fc1")`: the hook its factory returns
                 hook = hook.func
-                factories = [f for f in defs_by_name.get(_last_name(hook), ())]
-                hooks.update(id(n) for f in factories for n in f.body.body if isinstance(n, cst.FunctionDef))
+                hooks.update(id(n) for f in defs_by_name.get(_last_name(hook), ())
+                             for n in f.body.body if isinstance(n, cst.FunctionDef))
                 continue
             name = _last_name(hook)
             hooks.update(id(f) for f in defs_by_name.get(name, ()))
@@ -523,8 +523,7 @@ class FileModel:
             self._cut = [True] * len(self._cut)  # every call under way now has a cut-off result
             return UNKNOWN
         role = self._role(function, owner)
-        params = [p for p in _all_params(function)]
-        bound = {p.name.value: self._param_value(p, role, function) for p in params}
+        bound = {p.name.value: self._param_value(p, role, function) for p in _all_params(function)}
         positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
         if receiver is not None and not _is_static(function):
             if positional and leading_params(function) == 0:
