@@ -61,10 +61,20 @@ def _finding(path: str, code_name: tuple[str, str], line: int, column: int, mess
                    message=message, severity=Severity.ERROR, end_line=line, end_column=column)
 
 
-def _present(marker: str | tuple[str, ...], source: str) -> bool:
-    if isinstance(marker, str):
-        return marker in source
-    return all(part in source for part in marker)
+def _rules_marked_in(source: str, rules: Sequence[Rule]) -> list[Rule]:
+    """The rules one of whose markers the text holds. Rules share needles ("autograd" is in
+    eight of them): each is looked for once per file, which halves this pass on torch's sources."""
+    seen: dict[str, bool] = {}
+
+    def holds(needle: str) -> bool:
+        found = seen.get(needle)
+        if found is None:
+            found = seen[needle] = needle in source
+        return found
+
+    return [rule for rule in rules if any(
+        holds(marker) if isinstance(marker, str) else all(holds(part) for part in marker)
+        for marker in rule.markers)]
 
 
 def _python_ast(source: str, path: str) -> ast.Module | Finding | None:
@@ -123,7 +133,7 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     reports syntax errors for every file) and each rule's precheck of that tree, and only then
     the libcst parse and the analysis, for the rules still in play."""
     result = FileResult(path)
-    rules = [r for r in ruleset.rules if any(_present(marker, source) for marker in r.markers)]
+    rules = _rules_marked_in(source, ruleset.rules)
     if not rules:  # only the syntax check is left
         error = _syntax_error(source, path)
         if error is not None:

@@ -32,6 +32,7 @@ from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
 from gradlint.file_model import is_module_base
+from gradlint.prechecks import training_header
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
@@ -172,11 +173,7 @@ class _Scope:
             return True
         found = self._loop_headers.get(id(loop))
         if found is None:
-            header = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else loop.test
-            # flow reads the header's source text, comments included (`for b in (data  # epochs`):
-            # a header over several lines may hold one, which CPython's tree does not keep.
-            several_lines = header.end_lineno > loop.lineno or loop.body[0].lineno > loop.lineno + 1
-            found = self._loop_headers[id(loop)] = several_lines or bool(TRAINING_ITERABLE.search(ast.unparse(header)))
+            found = self._loop_headers[id(loop)] = training_header(loop)
         return found
 
     def _own_attribute_in_forward(self, owner: str | None, facts: _FileFacts) -> bool:

@@ -8,9 +8,9 @@ loose (a yes only means "look closer"), never stricter than the rules.
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple
 
-from gradlint.torch_api import CONTAINER_STORING_METHODS
+from gradlint.torch_api import CONTAINER_STORING_METHODS, TRAINING_ITERABLE, makes_a_step
 
 
 def _classes(tree: ast.Module) -> Iterator[ast.ClassDef]:
@@ -41,10 +41,10 @@ def has_autograd_function(tree: ast.Module) -> bool:
         methods = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         if any(alias in base for base in bases for alias in aliases) or ({"forward", "backward"} <= methods and bases):
             return True
-    return _mentions_register_autograd(tree)
+    return mentions_register_autograd(tree)
 
 
-def _mentions_register_autograd(tree: ast.Module) -> bool:
+def mentions_register_autograd(tree: ast.Module) -> bool:
     for node in _top_level(tree):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             func = node.value.func
@@ -95,3 +95,101 @@ def _rooted_at(node: ast.expr, name: str) -> bool:
         if isinstance(node, ast.Name):
             return node.id == name
     return False
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class _Site(NamedTuple):
+    call: ast.Call
+    function: ast.AST | None  # innermost def around it
+    loops: tuple  # the loops around it within that def, outermost first
+
+
+def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) -> bool:
+    """Whether a call `wanted` accepts may run once per training step, as
+    call_sites.in_training_step decides on libcst's tree (kept in step with it): in a loop that
+    also steps an optimizer or goes over a loader/dataset/epochs, or outside loops in a def that
+    steps one outside any training loop of its own."""
+    wanted_sites: list[_Site] = []
+    steps: list[_Site] = []
+    backward_loops: set[int] = set()
+
+    def visit(node: ast.AST, function: ast.AST | None, loops: tuple) -> None:
+        if isinstance(node, _FUNCTIONS):  # as call_sites: a def starts afresh, loops and all
+            for decorator in node.decorator_list:
+                visit(decorator, function, loops)
+            for statement in node.body:
+                visit(statement, node, ())
+            return
+        if isinstance(node, ast.Call):
+            site = _Site(node, function, loops)
+            func = node.func
+            if wanted(node):
+                wanted_sites.append(site)
+            if isinstance(func, ast.Attribute) and makes_a_step(func.attr, _dotted(func.value)) \
+                    and func.attr != "backward":
+                steps.append(site)
+            if isinstance(func, ast.Attribute) and func.attr == "backward":
+                backward_loops.update(id(loop) for loop in loops)
+        if isinstance(node, _LOOPS):
+            loops = (*loops, node)
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, loops)
+
+    visit(tree, None, ())
+    for site in wanted_sites:
+        if site.loops:
+            if any(training_header(loop) or any(loop in s.loops for s in steps) for loop in site.loops):
+                return True
+        elif site.function is not None:
+            own = [s for s in steps if s.function is site.function]
+            # `not any` below: a loop counts as training only where flow surely agrees (no comments)
+            if own and not any(id(loop) in backward_loops or TRAINING_ITERABLE.search(ast.unparse(_header(loop)))
+                               for s in own for loop in s.loops):
+                return True
+    return False
+
+
+def _header(loop: ast.For | ast.AsyncFor | ast.While) -> ast.expr:
+    return loop.test if isinstance(loop, ast.While) else loop.iter
+
+
+def training_header(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """Whether flow may read the loop's header as a loop over a loader/dataset/epochs. flow reads
+    the header's source text, comments included (`for b in (data  # epochs`); CPython's tree
+    keeps none, so a header that may span several lines counts."""
+    header = _header(loop)
+    several_lines = header.end_lineno > loop.lineno or loop.body[0].lineno > loop.lineno + 1
+    return several_lines or bool(TRAINING_ITERABLE.search(ast.unparse(header)))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """As names.dotted does on libcst's tree: `a.b.c`, or None for anything but names."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def last_name(node: ast.expr) -> str | None:
+    """`a.b.c` -> "c", `c` -> "c"; None for anything else."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def names_imported_as(tree: ast.Module, name: str) -> set[str]:
+    """`name` and what an import anywhere in the file renames it to (`from m import name as x`,
+    `import m.name as x`): the names names.ImportTable.qualify turns into it."""
+    found = {name}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(alias.asname for alias in node.names
+                         if alias.asname and alias.name.rsplit(".", 1)[-1] == name)
+    return found

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 import libcst as cst
 
+from gradlint import prechecks
 from gradlint.call_sites import CallSite, in_training_step, is_true, keyword, method_name, step_loop
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
@@ -109,6 +111,9 @@ def train_step(model, batch, optimizer):
 """, ("torch.autograd.backward(loss, retain_graph=True)",)),
     )
 
+    def precheck(self, tree) -> bool:
+        return prechecks.call_in_training_step(tree, _retains_by_keyword)
+
     def check(self, model: FileModel) -> Iterator[Hit]:
         sites = model.call_sites
         for index, site in enumerate(sites):
@@ -134,6 +139,12 @@ def train_step(model, batch, optimizer):
 
     def _retains(self, model: FileModel, call) -> bool:
         return self._backward(model, call) and is_true(keyword(call, "retain_graph"))
+
+
+def _retains_by_keyword(call: ast.Call) -> bool:
+    """Any call given `retain_graph=True`: the precheck does not resolve which function it is."""
+    return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in call.keywords)
 
 
 def _carried_state(site: CallSite) -> str:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradlint import prechecks
 from gradlint.call_sites import in_training_step
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
@@ -84,6 +85,10 @@ def train_step(batch):
     cuda.empty_cache()
 """, ("cuda.empty_cache()",)),
     )
+
+    def precheck(self, tree) -> bool:
+        names = prechecks.names_imported_as(tree, "empty_cache")
+        return prechecks.call_in_training_step(tree, lambda call: prechecks.last_name(call.func) in names)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         sites = model.call_sites

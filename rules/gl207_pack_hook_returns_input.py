@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 import libcst as cst
 
+from gradlint import prechecks
 from gradlint import torch_api as api
 from gradlint.call_sites import CallSite, keyword
 from gradlint.file_model import FileModel, blocks_of
@@ -292,6 +294,19 @@ def checkpointed(block, x):
         return block(x)
 """, ("return alias",)),
     )
+
+    def precheck(self, tree) -> bool:
+        """A call of saved_tensors_hooks (under any import name), of its __init__, or a subclass."""
+        names = prechecks.names_imported_as(tree, "saved_tensors_hooks")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                if prechecks.last_name(func) in names or (
+                        isinstance(func, ast.Attribute) and func.attr == "__init__" and prechecks.last_name(func.value) in names):
+                    return True
+            elif isinstance(node, ast.ClassDef) and any(prechecks.last_name(base) in names for base in node.bases):
+                return True
+        return False
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for site in model.call_sites:

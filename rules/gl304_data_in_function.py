@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 import libcst as cst
@@ -14,6 +15,7 @@ from gradlint.prescan import Prescan, child_nodes
 from gradlint.rule import Hit, Invalid, Rule
 from gradlint.values import Kind, Val
 
+_WALKED = frozenset({"forward", "setup_context", "backward"})
 # `.data` followed by one of these makes a new tensor or a Python value: nothing aliases the storage.
 _FRESH_METHODS = api.SCALAR_METHODS | {"clone", "new", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
 # These return the same storage on a CPU tensor: harmless only if what follows is.
@@ -206,7 +208,15 @@ class Renorm(torch.autograd.Function):
     )
 
     def precheck(self, tree) -> bool:
-        return prechecks.has_autograd_function(tree)
+        """A Function and a `.data` in a def the check walks: a method named forward,
+        setup_context or backward (inherited ones are defs of the file too), or with
+        register_autograd in the file, any def (a custom op's functions have any name)."""
+        if not prechecks.has_autograd_function(tree):
+            return False
+        any_def = prechecks.mentions_register_autograd(tree)
+        return any((any_def or node.name in _WALKED) and any(
+            isinstance(inner, ast.Attribute) and inner.attr == "data" for inner in ast.walk(node))
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         seen: set[int] = set()

@@ -29,6 +29,29 @@ def test_every_rule_precheck_lets_its_own_invalid_examples_through(rule, case):
     assert rule.precheck(ast.parse(case.source))
 
 
+def _bundled_sources() -> list[tuple[str, str]]:
+    paths = sorted([*(REPO / "tests" / "corpus").glob("*.py"), *(REPO / "examples").glob("*.py"),
+                    *(REPO / "runtime_probe" / "scenarios").glob("*.py")])
+    return [(path.name, path.read_text(encoding="utf-8")) for path in paths]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule.code for rule in RULES])
+def test_no_precheck_hides_a_finding_of_its_rule(rule, monkeypatch):
+    # Every example of every rule and every file of the corpus, the examples and the scenarios:
+    # the rule alone, with and without its precheck, finds the same.
+    cases = [(f"{r.code}-example{i}", textwrap.dedent(c if isinstance(c, str) else c.source))
+             for r in RULES for i, c in enumerate((*r.VALID, *r.INVALID))] + _bundled_sources()
+    only = RuleSet((rule,), {})
+    with_precheck = {name: lint_source(source, name, only).findings for name, source in cases}
+    monkeypatch.setattr(type(rule), "precheck", lambda self, tree: True)
+    reported = 0
+    for name, source in cases:
+        without = lint_source(source, name, only).findings
+        assert with_precheck[name] == without, name
+        reported += bool(without)
+    assert reported >= len(rule.INVALID)
+
+
 # ----- GL103/GL104: what must reach libcst ---------------------------------------------------
 
 KEPT_ACROSS_STEPS = {
@@ -460,3 +483,112 @@ def test_a_precheck_that_fails_lets_its_rule_decide(monkeypatch):
     source = textwrap.dedent(KEPT_ACROSS_STEPS["module_forward_keeping_in_a_global"])
     result = lint_source(source, "kept.py", GL103_GL104)
     assert {f.code for f in result.findings} == {"GL103"}
+
+
+# ----- GL105/GL106: a call that may run once per training step ---------------------------------
+
+STEP_CALLS = {
+    "aliased_import_in_a_loop_over_a_loader": ("GL106", """
+        from torch.cuda import empty_cache as free
+        for x, y in train_loader:
+            free()
+        """),
+    "optimizers_stepped_in_an_inner_loop": ("GL106", """
+        import torch
+        def fit(model, data, optimizers):
+            for x in data:
+                for opt in optimizers:
+                    opt.step()
+                torch.cuda.empty_cache()
+        """),
+    "header_over_two_lines_with_a_comment": ("GL106", """
+        import torch
+        for x in (items  # the epoch's batches
+                  ):
+            torch.cuda.empty_cache()
+        """),
+    "while_loop_stepping": ("GL105", """
+        while not done:
+            loss = model(x).sum()
+            loss.backward(retain_graph=True)
+            opt.step()
+        """),
+    "outside_loops_in_a_def_that_steps": ("GL105", """
+        import torch
+        def train_step(loss, opt):
+            torch.autograd.backward(loss, retain_graph=True)
+            opt.zero_grad()
+        """),
+}
+
+NOT_A_STEP = {
+    "step_only_in_a_nested_def": ("GL106", """
+        import torch
+        def fit(model, data, opt):
+            for x in data:
+                def update():
+                    opt.step()
+                update()
+                torch.cuda.empty_cache()
+        """),
+    "simulator_step": ("GL106", """
+        import torch
+        def rollout(env, policy):
+            for t in range(100):
+                env.step(policy(t))
+                torch.cuda.empty_cache()
+        """),
+    "after_training": ("GL106", """
+        import torch
+        def fit(model, loader, opt):
+            for x in loader:
+                opt.step()
+            torch.cuda.empty_cache()
+        """),
+    "loop_over_devices": ("GL106", """
+        import torch
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.empty_cache()
+        """),
+    "retain_graph_false_in_a_training_loop": ("GL105", """
+        for x in loader:
+            model(x).sum().backward(retain_graph=False)
+            opt.step()
+        """),
+    "module_level_outside_loops": ("GL105", """
+        loss.backward(retain_graph=True)
+        opt.step()
+        """),
+}
+
+
+def _rule(code):
+    return next(rule for rule in RULES if rule.code == code)
+
+
+@pytest.mark.parametrize("code, source", STEP_CALLS.values(), ids=STEP_CALLS.keys())
+def test_a_call_that_may_run_each_step_reaches_libcst(code, source):
+    source = textwrap.dedent(source)
+    assert _rule(code).precheck(ast.parse(source))
+    assert [f.code for f in lint_source(source, "x.py", RuleSet((_rule(code),), {})).findings] == [code]
+
+
+@pytest.mark.parametrize("code, source", NOT_A_STEP.values(), ids=NOT_A_STEP.keys())
+def test_a_call_outside_any_step_skips_libcst(code, source, monkeypatch):
+    source = textwrap.dedent(source)
+    assert not _rule(code).precheck(ast.parse(source))
+    monkeypatch.setattr(type(_rule(code)), "precheck", lambda self, tree: True)
+    assert lint_source(source, "x.py", RuleSet((_rule(code),), {})).findings == []
+
+
+# ----- GL207: a saved_tensors_hooks call or subclass ---------------------------------------------
+
+@pytest.mark.parametrize("source, expected", [
+    ("from torch.autograd.graph import saved_tensors_hooks as hooks\nwith hooks(p, u):\n    pass\n", True),
+    ("import torch.autograd.graph as g\nclass Off(g.saved_tensors_hooks):\n    pass\n", True),
+    ("import torch\ntorch.autograd.graph.saved_tensors_hooks.__init__(self, p, u)\n", True),
+    ("import torch\ntorch._C._autograd._saved_tensors_hooks_enable()\n", False),
+    ("# saved_tensors_hooks are documented elsewhere\ndef pack(t):\n    return t\n", False),
+], ids=["aliased_call", "subclass", "init_call", "private_binding", "only_a_mention"])
+def test_gl207_precheck_needs_a_hook_registration(source, expected):
+    assert _rule("GL207").precheck(ast.parse(source)) is expected
