@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -91,7 +91,7 @@ class FileModel:
         self._prescans: dict[int, Prescan] = {}
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
         self._graph_attributes: set[tuple[str, str]] | None = None
-        self._call_results: dict[tuple, Val] = {}
+        self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...]]] = {}
         self._call_walks: list[Walk] = []  # see call_result
         self._generators: dict[int, bool] = {}
         self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
@@ -512,11 +512,14 @@ class FileModel:
     MAX_CALL_DEPTH = 3
 
     def call_result(self, function: cst.FunctionDef, owner: _ClassInfo | None, call: cst.Call,
-                    args: list[tuple[cst.Arg, Val]], receiver: Val | None, receiver_name: str | None) -> Val:
+                    args: list[tuple[cst.Arg, Val]], receiver: Val | None, receiver_name: str | None,
+                    keep: Callable[[cst.BaseExpression, ContainerAdd], None] | None = None) -> Val:
         """What a call of one of this file's functions (or of a method, on `receiver`) gives: its
         body walked with the call's arguments bound, the returned values merged. Of its events,
-        only what it keeps on an attribute or a global for graph-attached arguments is kept (as a
-        walk of its own, reported at the helper's line); the rest belong to the caller."""
+        what it keeps on an attribute or a global for graph-attached arguments is kept as a walk
+        of its own (reported at the helper's line); what it adds to a container the caller passed
+        goes to `keep` with the caller's expression for it (the caller's list may outlive the
+        step or not); the rest belong to the caller."""
         if function.asynchronous is not None or self._is_generator(function):
             return UNKNOWN
         if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH:
@@ -530,12 +533,13 @@ class FileModel:
                 bound[positional[0]] = receiver
             positional = positional[1:]
         given: dict[str, Val] = {}
+        given_exprs: dict[str, cst.BaseExpression] = {}
         if not any(a.star for a, _ in args):
-            for (_, value), name in zip([(a, v) for a, v in args if a.keyword is None], positional):
-                given[name] = value
+            for (arg, value), name in zip([(a, v) for a, v in args if a.keyword is None], positional):
+                given[name], given_exprs[name] = value, arg.value
         for arg, value in args:
             if arg.keyword is not None and arg.keyword.value in bound:
-                given[arg.keyword.value] = value
+                given[arg.keyword.value], given_exprs[arg.keyword.value] = value, arg.value
         for name, value in given.items():
             if value.kind is not Kind.UNKNOWN:
                 bound[name] = _as_argument(value)
@@ -543,8 +547,10 @@ class FileModel:
         # that depth: the same call made from higher up may see more. A whole one holds anywhere.
         shape = tuple(sorted((n, _shape(v)) for n, v in bound.items()))
         whole, at_depth = (id(function), None, shape), (id(function), len(self._calls_under_way), shape)
-        result = self._call_results.get(whole) or self._call_results.get(at_depth)
-        if result is None:
+        cached = self._call_results.get(whole) or self._call_results.get(at_depth)
+        if cached is not None:
+            result, param_adds = cached
+        else:
             self._calls_under_way.append(id(function))
             self._cut.append(False)
             try:
@@ -558,25 +564,37 @@ class FileModel:
             returned = [e.value for e in walk.of(ReturnValue)
                         if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
             result = _returned(returned)
-            self._call_results[at_depth if cut else whole] = result
+            # Only a graph the caller passed: one the helper makes itself it reports at its own line.
+            from_caller = {name for name, value in given.items() if value.holds_graph()}
+            param_adds = tuple(e for e in walk.of(ContainerAdd)
+                               if e.scope == "param" and e.container_name in given_exprs and e.value.holds_graph()
+                               and _reads_within(e.value) & from_caller)
+            self._call_results[at_depth if cut else whole] = (result, param_adds)
             if self.prescan(function).stores and any(v.holds_graph() for v in given.values()):
                 # What it keeps where the call outlives (its self, a global) is kept for the caller's
                 # values: `meter.update(loss)` chaining `self.total = self.total + loss`.
                 walk.events = [e for e in walk.events if _outlives_the_call(e)]
                 if walk.events:
                     self._call_walks.append(walk)
-        if not result.reads:
-            return result
-        # What the callee read of its parameters and its self is what the caller passed.
-        reads: set[str] = set()
         self_name = role.self_name if receiver is not None else None
-        for name in result.reads:
-            head, _, rest = name.partition(".")
-            if not rest and name in given:
-                reads |= given[name].reads
-            elif rest and head == self_name and receiver_name is not None:
-                reads.add(f"{receiver_name}.{rest}")
-        return result.with_(reads=frozenset(reads))
+
+        def as_read_by_caller(value: Val) -> Val:
+            """What the callee read of its parameters and its self is what the caller passed."""
+            if not value.reads:
+                return value
+            reads: set[str] = set()
+            for name in value.reads:
+                head, _, rest = name.partition(".")
+                if not rest and name in given:
+                    reads |= given[name].reads
+                elif rest and head == self_name and receiver_name is not None:
+                    reads.add(f"{receiver_name}.{rest}")
+            return value.with_(reads=frozenset(reads))
+
+        if keep is not None:
+            for add in param_adds:
+                keep(given_exprs[add.container_name], replace(add, value=as_read_by_caller(add.value)))
+        return as_read_by_caller(result)
 
     def _is_generator(self, function: cst.FunctionDef) -> bool:
         found = self._generators.get(id(function))
@@ -825,6 +843,11 @@ def _outlives_the_call(event) -> bool:
     if isinstance(event, NameStore):
         return event.scope in ("global", "closure")
     return False
+
+
+def _reads_within(value: Val) -> frozenset[str]:
+    """The names a value was computed from, its members' included (`{"logits": logits}`)."""
+    return value.reads.union(*(_reads_within(m) for m in value.members()))
 
 
 def _last_name(expr: cst.BaseExpression) -> str:

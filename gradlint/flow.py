@@ -105,6 +105,7 @@ class ContainerAdd:
     method: str  # append, extend, insert, setitem, setdefault, update, +=
     value: Val
     overwrites: bool = False  # `d["last"] = v`, `buf[0] = v`: replaces one slot, does not grow
+    through: str | None = None  # the helper of this file that adds to it: `keep(history, loss)`
 
 
 @dataclass(frozen=True)
@@ -571,7 +572,7 @@ class Walker:
                     container.attr.value, value, augmented=True, target=container))
 
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
-                       overwrites: bool = False) -> None:
+                       overwrites: bool = False, through: str | None = None) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -581,7 +582,15 @@ class Walker:
             scope = "attribute"
         else:
             return  # a container we cannot name: a call result, a subscript of one
-        self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites))
+        self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites,
+                                             through))
+
+    def _kept_by(self, call: cst.Call, helper: str):
+        """What a helper of this file adds to a container its caller passed (`keep(history, loss)`)
+        is added here, at the call, to the caller's container."""
+        def keep(container: cst.BaseExpression, add: ContainerAdd) -> None:
+            self._container_add(container, add.method, add.value, call, add.overwrites, through=helper)
+        return keep
 
     def _note_item(self, container: cst.BaseExpression, receiver: Val, item: Val) -> None:
         """`outs.append(out)` on a list bound here: `return tuple(outs)` then returns what was
@@ -768,7 +777,8 @@ class Walker:
                 returned = UNKNOWN
                 # a closure's result needs its enclosing names (the module's own defs are no closures)
                 if func.value not in self.nested_defs or isinstance(self.function, cst.Module):
-                    returned = self.model.call_result(local, None, e, args, None, None)
+                    returned = self.model.call_result(local, None, e, args, None, None,
+                                                      keep=self._kept_by(e, func.value))
                 if returned.kind is Kind.UNKNOWN and _detaches(local):
                     return DETACHED
                 return returned
@@ -808,7 +818,8 @@ class Walker:
         if found is None:
             return None
         method, info = found
-        return self.model.call_result(method, info, e, args, receiver, receiver_name)
+        return self.model.call_result(method, info, e, args, receiver, receiver_name,
+                                      keep=self._kept_by(e, f"{info.node.name.value}.{func.attr.value}"))
 
     def _builtin(self, e: cst.Call, name: str, args, positional) -> Val | None:
         if name in self.env or name in self.model.module_names:

@@ -35,7 +35,9 @@ class GraphAppend(Rule):
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop, a module-level global, an
-attribute, a closure variable, or a parameter (the caller's list). In a file that calls
+attribute, a closure variable, or a parameter (the caller's list). A helper of the same file
+that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
+`buf.append(value)`) is reported at the call, where the list is known. In a file that calls
 backward(), a forward hook's `output` (and `input`) is a module call's output: graph-attached
 (feature extraction runs its forwards under `no_grad`). Step functions with no loop
 count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
@@ -249,6 +251,24 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # A helper appends what it is given to the list it is given: the caller's list outlives
+        # the loop, the one made inside it does not, and a float keeps no graph.
+        Invalid("""
+import torch
+def remember(buf, value, scale=1.0):
+    kept = value * scale
+    buf.append(kept)
+def train(model, loader, opt):
+    history = []
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        remember(history, loss, scale=2.0)
+        fresh = []
+        remember(fresh, loss)
+        remember(history, loss.item())
+""", ("remember(history, loss, scale=2.0)",)),
         # Another function trains through and empties a list of the same name; the `loss` made
         # from this list after the loop is not what the loop's backward trained.
         Invalid("""
@@ -474,18 +494,21 @@ def embed_batch(model, tokens):
                 if event.container_name and container_key(event.container_name, local) in model.trained_buffers:
                     continue  # an episode's log-probs, micro-batch losses: backward needs them, then they go
                 subject = holder_name(walk, event.container_name)
+                # The helper's own line takes whatever each caller gives: the fix is for a person.
+                fix = _keep_detached(event) if event.through is None else None
+                by = f" by {event.through}()" if event.through else ""
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
                     yield Hit(event.where.node, (
-                        f"a graph-attached tensor is stored into {event.container_name} ({why}): it keeps "
+                        f"a graph-attached tensor is stored into {event.container_name}{by} ({why}): it keeps "
                         "this step's autograd graph (and its activations when backward is not run) alive "
                         "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject,
-                        _keep_detached(event))
+                        fix)
                     continue
                 verb = _VERBS.get(event.method, "added to")
                 yield Hit(event.where.node, (
-                    f"a graph-attached tensor is {verb} {event.container_name} ({why}): it keeps every "
+                    f"a graph-attached tensor is {verb} {event.container_name}{by} ({why}): it keeps every "
                     "step's autograd graph alive, and all its activations when backward is not run; "
-                    "store .item() or .detach() instead"), subject=subject, fix=_keep_detached(event))
+                    "store .item() or .detach() instead"), subject=subject, fix=fix)
 
 
 def _keep_detached(event: ContainerAdd) -> FixPlan | None:

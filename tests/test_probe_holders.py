@@ -87,11 +87,20 @@ def test_a_logger_leak_is_confirmed_by_its_static_finding_and_not_listed_twice(n
     assert not [r for r in rows if r.agreement == RUNTIME_ONLY]
 
 
-def test_a_loss_stored_through_a_helper_is_a_runtime_only_gap_in_the_rules():
+def test_a_loss_stored_through_a_helper_is_confirmed_at_the_call():
     report = probe(step("remember_loss"), steps=40)
     assert report.verdict is Verdict.RETAINED
     rows = cross_check(report, static_findings([str(STEPS)]))
     (row,) = [r for r in rows if r.holder == "metrics"]
+    assert row.agreement == CONFIRMED
+    assert row.static == f"GL103 at {shown(STEPS)}:{line_of('_remember(metrics, len(metrics), loss)')}"
+
+
+def test_a_list_reached_through_getattr_is_a_runtime_only_gap_in_the_rules():
+    report = probe(step("hidden_append"), steps=40)
+    assert report.verdict is Verdict.RETAINED
+    rows = cross_check(report, static_findings([str(STEPS)]))
+    (row,) = [r for r in rows if r.holder == "Vault.items"]
     assert row.agreement == RUNTIME_ONLY and row.static == "-"
     assert "gap" in row.note
 

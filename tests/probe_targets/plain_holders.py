@@ -82,3 +82,20 @@ def remember_loss():
     loss.backward()
     optimizer.step()
     _remember(metrics, len(metrics), loss)
+
+
+class Vault:
+    def __init__(self):
+        self.items = []
+
+
+vault = Vault()
+
+
+def hidden_append():
+    # The list is reached through getattr: no name the rules can follow.
+    optimizer.zero_grad()
+    loss = _loss()
+    loss.backward()
+    optimizer.step()
+    getattr(vault, "items").append(loss)
