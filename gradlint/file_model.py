@@ -456,9 +456,13 @@ class FileModel:
             return SCALAR
         if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
             return SCALAR
-        if name not in scan.tensor_names:
-            return UNKNOWN
-        return Val(Kind.TENSOR, is_input=True)
+        if name in scan.tensor_names:
+            return Val(Kind.TENSOR, is_input=True)
+        if name in scan.tensor_holders:
+            # `edge_index[0]` used as a tensor: it is one, or holds some; which item is which is
+            # unknown (`in_idx, out_idx, counts = kmap`: counts is a list of ints).
+            return Val(Kind.CONTAINER, is_input=True)
+        return UNKNOWN
 
     def output_value(self, function: AutogradFunction) -> Val:
         """setup_context's `output`: what forward returns, one element per returned value when it

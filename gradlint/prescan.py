@@ -74,6 +74,10 @@ class Prescan:
         # (ctx.group = group in torch.distributed is a process group, not a tensor).
         self.tensor_uses: set[str] = set()
         self.arithmetic: list[tuple[str, str]] = []
+        # Names whose items are used as tensors (`edge_index[0].contiguous()`, `src, dst =
+        # edge_index` with src a tensor): a tensor or a container of tensors, either way tensors.
+        self.item_uses: set[str] = set()
+        self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`
         # `return out`: in an autograd forward, the one value returned is the output tensor.
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
@@ -105,6 +109,13 @@ class Prescan:
             self._visit(child)
         if is_loop:
             self._loops.pop()
+
+    def _assign(self, node: cst.Assign) -> None:
+        # `src, dst = edge_index`: if src is used as a tensor, edge_index holds tensors.
+        if isinstance(node.value, cst.Name):
+            for target in node.targets:
+                if isinstance(target.target, (cst.Tuple, cst.List)):
+                    self.unpacked.extend((name, node.value.value) for name in target_names(target.target))
 
     def _assign_target(self, node: cst.AssignTarget) -> None:
         self.assigned.update(target_names(node.target))
@@ -176,6 +187,12 @@ class Prescan:
                         changed = True
         return frozenset(names)
 
+    @cached_property
+    def tensor_holders(self) -> frozenset[str]:
+        """Names not known as tensors whose items are: indexed or unpacked into tensors."""
+        holders = self.item_uses | {source for target, source in self.unpacked if target in self.tensor_names}
+        return frozenset(holders - self.tensor_names - self.scalar_uses)
+
     def _subscript(self, node: cst.Subscript) -> None:
         # x.shape[p]: p is an int.
         if isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
@@ -197,6 +214,11 @@ class Prescan:
             elif method in api.FORWARD_HOOK_REGISTRATIONS:
                 self.hook_registrations.append(node)
             receiver = func.value.value if isinstance(func.value, cst.Name) else None
+            # `edge_index[0].contiguous()`: a tensor, or a container of tensors; either way what
+            # is kept of it (on ctx) is tensors.
+            indexed = _indexed_name(func.value)
+            if indexed is not None and indexed not in self.imported and method in api.TENSOR_ONLY_METHODS:
+                self.item_uses.add(indexed)
             if receiver is not None and method in api.MODULE_ONLY_METHODS:
                 self.module_uses.add(receiver)
             if receiver is not None and method == "requires_grad_" and _is_false_argument(node):
@@ -235,8 +257,12 @@ class Prescan:
         """The names passed at `positions` (all, for None) are used as tensors."""
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for i, arg in enumerate(positional):
-            if isinstance(arg.value, cst.Name) and (positions is None or i in positions):
+            if positions is not None and i not in positions:
+                continue
+            if isinstance(arg.value, cst.Name):
                 self.tensor_uses.add(arg.value.value)
+            elif _indexed_name(arg.value) is not None:
+                self.item_uses.add(_indexed_name(arg.value))
 
     def _scalar_args(self, node: cst.Call, skip: int = 0) -> None:
         positional = [a for a in node.args if a.keyword is None]
@@ -249,6 +275,7 @@ _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _STORING_METHODS = api.CONTAINER_STORING_METHODS | {"save_for_backward"}
 _NOTES = {
     cst.Call: Prescan._call,
+    cst.Assign: Prescan._assign,
     cst.AssignTarget: Prescan._assign_target,
     cst.AugAssign: Prescan._aug_assign,
     cst.AnnAssign: Prescan._ann_assign,
@@ -284,6 +311,13 @@ def target_names(target: cst.BaseExpression) -> Iterator[str]:
             yield from target_names(element.value)
     elif isinstance(target, cst.StarredElement):
         yield from target_names(target.value)
+
+
+def _indexed_name(expr: cst.BaseExpression) -> str | None:
+    """`name[...]` -> name."""
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name):
+        return expr.value.value
+    return None
 
 
 def _is_false_argument(call: cst.Call) -> bool:

@@ -127,6 +127,8 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     "fill_", "add_", "mul_", "copy_", "clamp", "pow", "sqrt", "softmax", "log_softmax", "norm",
     "argmax", "argmin", "nonzero", "unique", "cumsum", "repeat_interleave", "flip", "roll", "t",
     "sign", "sgn", "neg", "reciprocal", "rsqrt", "square", "tril", "triu", "diag", "trace",
+    # not `add`: a set has one
+    "mul", "sub", "div", "clamp_", "addmm", "lerp", "masked_select",
 })
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
 # Which positional arguments must be tensors (counted from 0, after the receiver for a method):

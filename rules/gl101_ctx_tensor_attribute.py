@@ -30,7 +30,8 @@ def stored_kind(walk: Walk, value: Val) -> str | None:
             return "view"
         if "output" in inner or "container" in inner:
             return "container"
-        return "tensor" if "tensor" in inner else None
+        # A forward input whose items are used as tensors (file_model.input_value).
+        return "tensor" if "tensor" in inner or (value.is_input and not inner) else None
     return "tensor" if value.is_tensor else None
 
 
@@ -189,6 +190,43 @@ class NotAutograd:
 """,
     )
     INVALID = (
+        # An input known as tensors only through its items (a [2, E] edge index, or a pair of
+        # index tensors) or a tuple of tensors: reported, and left alone by the fix, since
+        # save_for_backward takes tensors only. What is unpacked from such an input
+        # (`counts`, a list of ints) is not assumed to be a tensor.
+        Invalid("""
+import torch
+class GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, edge_index, kmap):
+        src = edge_index[0].contiguous()
+        ctx.edge_index = edge_index
+        in_idx, out_idx, counts = kmap
+        ctx.save_for_backward(in_idx, out_idx)
+        ctx.counts = counts
+        ctx.pair = (x, src)
+        return x.index_select(0, src)
+    @staticmethod
+    def backward(ctx, grad):
+        src = ctx.edge_index[0]
+        return torch.zeros_like(grad).index_add_(0, src, grad), None, None
+""", ("ctx.edge_index = edge_index", "ctx.pair = (x, src)"), fixed="""
+import torch
+class GatherRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, edge_index, kmap):
+        src = edge_index[0].contiguous()
+        ctx.edge_index = edge_index
+        in_idx, out_idx, counts = kmap
+        ctx.save_for_backward(in_idx, out_idx)
+        ctx.counts = counts
+        ctx.pair = (x, src)
+        return x.index_select(0, src)
+    @staticmethod
+    def backward(ctx, grad):
+        src = ctx.edge_index[0]
+        return torch.zeros_like(grad).index_add_(0, src, grad), None, None
+"""),
         Invalid("""
 import torch
 class BinaryLinear(torch.autograd.Function):
@@ -389,7 +427,8 @@ class Cube(torch.autograd.Function):
                     continue
                 if kind == "output" and _marked(walk, store.value):
                     kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
-                fix = _save_instead(function, walk, store) if kind != "container" else None
+                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError
+                fix = _save_instead(function, walk, store) if store.value.kind is Kind.TENSOR else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 if store.attribute == "<dynamic>":
                     attr = f"the attribute `{code(store.node).strip()}` sets"
@@ -416,7 +455,8 @@ class Cube(torch.autograd.Function):
                         Severity.ERROR, subject, fix)
                 else:
                     yield Hit(store.node, (
-                        f"{attr} holds a tensor outside ctx.save_for_backward: autograd's version-counter "
+                        f"{attr} holds {'tensors' if store.value.kind is Kind.CONTAINER else 'a tensor'} outside "
+                        "ctx.save_for_backward: autograd's version-counter "
                         "check is skipped (an in-place change gives silently wrong gradients) and the tensor "
                         "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
 

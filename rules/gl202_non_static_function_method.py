@@ -26,6 +26,8 @@ class NonStaticFunctionMethod(Rule):
 ## What it does
 Flags `forward`, `backward`, `setup_context`, `jvp` or `vmap` of an autograd Function defined
 without `@staticmethod`, and any instantiation of an autograd Function class (`MyFn()(x)`).
+An instantiation is an error; a method without `@staticmethod` is a warning, since it still works
+through `MyFn.apply(...)`.
 
 ## Why is this bad?
 Measured on torch 2.13: calling an instance (`MyFn()(x)`) warns that Functions should not be
