@@ -155,7 +155,8 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     regrown_bytes = robust_slope([c.step for c in series], [c.live_after for c in series]) if regrown else 0.0
 
     holders: list[Holder] = []
-    if regrown and regrown_bytes > 0 and not graph_grows:
+    graph_reason = f"the autograd graph held by live tensors grows by {node_slope:.1f} nodes/step"
+    if regrown and regrown_bytes > 0:
         verdict = Verdict.RETAINED
         holders = list(run.regrown_holders)
         for h in holders:
@@ -164,18 +165,15 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
         reason = (f"live tensors after collection rose at every one of the {len(series) - 1} collections, "
                   f"{regrown_bytes:.0f} B/step, though no earlier step's tensors survive: one tensor made "
                   "anew and bigger each step (torch.cat onto itself)")
+        if graph_grows:  # cat of a graph-attached row: its graph chains too
+            _add_graph_holders(holders, run.graph_holders, node_slope)
+            reason += f"; {graph_reason}"
         confidence = 1.0
     elif (spread.steady or late) and retained_bytes > 0 and level is None or graph_grows:
         verdict = Verdict.RETAINED
         holders = list(run.retained_holders)
         if graph_grows:
-            for h in run.graph_holders:
-                existing = next((x for x in holders if x.subject == h.subject), None)
-                target = existing or h
-                target.graph_nodes_per_step = node_slope
-                target.verdict = "retained"
-                if existing is None:
-                    holders.append(h)
+            _add_graph_holders(holders, run.graph_holders, node_slope)
         what = []
         tracked_word = "tracked " if run.track_every > 1 else ""
         if late and retained_bytes > 0:
@@ -190,7 +188,7 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
             what.append(f"{retained_bytes:.0f} B/step survive gc.collect() (from {spread.steps_with_survivors} of {spread.measured_steps} "
                         f"{tracked_word}steps)")
         if graph_grows:
-            what.append(f"the autograd graph held by live tensors grows by {node_slope:.1f} nodes/step")
+            what.append(graph_reason)
         reason = "; ".join(what)
         if late:
             since_start = sum(1 for s in run.survivor_steps if start <= s <= last_counted)
@@ -215,7 +213,10 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
                       f"{spread.steps_with_survivors} of {spread.measured_steps} steps: not steady growth (a one-off "
                       "such as lazy state or a cache filled once); rerun with more --steps to see whether it grows")
         if level is not None:
-            reason = (f"live tensors grew by {series[-1].live_after - series[0].live_after:,} B after warm-up, then "
+            # With a stride only the tracked steps' tensors are counted: the rise is theirs.
+            whose = "live tensors" if run.track_every == 1 else \
+                f"live tensors of the tracked steps (1 in {run.track_every}; --track-every 1 counts all)"
+            reason = (f"{whose} grew by {series[-1].live_after - series[0].live_after:,} B after warm-up, then "
                       f"stayed level from step {series[level].step} to {series[-1].step}: bounded (a cache, a buffer "
                       "or optimizer state that filled), not a leak")
         confidence = round(1.0 - reclaiming / len(reclaims), 2)
@@ -233,6 +234,17 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     return ProbeReport(verdict=verdict, reason=reason, bytes_per_step=bytes_per_step,
                        graph_nodes_per_step=node_slope, confidence=confidence, steps_to_oom=steps_to_oom,
                        heap_bytes_per_step=heap_slope, cuda_bytes_per_step=cuda_slope, holders=holders, **common)
+
+
+def _add_graph_holders(holders: list[Holder], graph_holders: list[Holder], node_slope: float) -> None:
+    """Give the growing graph's nodes to the holder already named for bytes, or add its own."""
+    for h in graph_holders:
+        existing = next((x for x in holders if x.subject == h.subject), None)
+        target = existing or h
+        target.graph_nodes_per_step = node_slope
+        target.verdict = "retained"
+        if existing is None:
+            holders.append(h)
 
 
 def _up_fraction(values: list[int]) -> float:

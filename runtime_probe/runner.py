@@ -324,7 +324,7 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     last = run.steps_done - 2
     measured = max(1, run.tracked_between(run.warmup, last))
     holders = []
-    grouped = _adopt_saved(tracker, _holders_for(tracker, records), named_roots)
+    grouped = _adopt_unreferenced(tracker, _holders_for(tracker, records), named_roots)
     for holder, keys in grouped.values():
         # A holder that began to fill late is measured from then, as the headline is.
         start = leak_start({records[k].step for k in keys}, run.warmup + 1, last,
@@ -337,25 +337,33 @@ def _attribute(tracker: LiveStorageTracker, survivors: list[StorageRecord], run:
     return holders
 
 
-def _adopt_saved(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, list[int]]],
-                 named_roots: list[tuple[object, Holder]]) -> dict[str, tuple[Holder, list[int]]]:
-    """Storages with no Python referrer that a named holder's graph saves (a branch backward
-    never ran through, a state carried across steps) belong to that holder, not to '(unnamed)'."""
+def _adopt_unreferenced(tracker: LiveStorageTracker, grouped: dict[str, tuple[Holder, list[int]]],
+                        named_roots: list[tuple[object, Holder]]) -> dict[str, tuple[Holder, list[int]]]:
+    """Storages with no Python referrer belong to the named holder that keeps them, not to
+    '(unnamed)': what its graph saves (a branch backward never ran through, a state carried
+    across steps), and the `.grad` of a leaf it holds (a kept parameter's gradient: torch keeps
+    it in C++, beside the tensor)."""
     unnamed = [subject for subject, (holder, _) in grouped.items() if not holder.subject]
-    if not unnamed or not named_roots:
+    if not unnamed:
         return grouped
-    owner: dict[int, Holder] = {}
+    owner: dict[int, tuple[Holder, str]] = {}
     seen: set[int] = set()  # shared: a node reachable from several roots is read once
     for root, holder in named_roots:
         for t in graph.saved_tensors(root, seen):
-            owner.setdefault(tracker.storage_key(t), holder)
+            owner.setdefault(tracker.storage_key(t), (holder, "saved in the graph"))
+    named = {key: holder for holder, keys in grouped.values() if holder.subject for key in keys}
+    for key, tensors in _tensors_by_storage(tracker, set(named)).items():
+        for t in tensors:
+            grad = t.grad if t.is_leaf else None  # .grad of a non-leaf warns and is None
+            if grad is not None:
+                owner.setdefault(tracker.storage_key(grad), (named[key], "the .grad of a tensor it holds"))
     for subject in unnamed:
         keys = grouped[subject][1]
         for key in (k for k in keys if k in owner):
-            named = owner[key]
-            entry = grouped.setdefault(named.subject, (named, []))
+            holder, how = owner[key]
+            entry = grouped.setdefault(holder.subject, (holder, []))
             entry[1].append(key)
-            site = f"{_site(tracker.records[key])}, saved in the graph"
+            site = f"{_site(tracker.records[key])}, {how}"
             if site not in entry[0].created_at:
                 entry[0].created_at.append(site)
         keys[:] = [k for k in keys if k not in owner]

@@ -324,6 +324,43 @@ def test_one_tensor_made_anew_and_bigger_each_step_is_retained():
         assert "bigger each step" in report.reason
 
 
+def test_a_graph_attached_tensor_made_anew_and_bigger_each_step_is_measured_per_step():
+    # With its graph growing too, the rise was divided by tracked steps only: 382 B/step at one
+    # step in 3 for 128, and the holder row read 0 B/step with no creation line.
+    w = torch.randn(16, 32, requires_grad=True)
+    HISTORY.rows = torch.zeros(0, 32)
+
+    def step():
+        h = torch.relu(torch.randn(8, 16) @ w)
+        HISTORY.rows = torch.cat([HISTORY.rows, h.mean(0, keepdim=True)])  # 128 B more each step
+        h.sum().backward()
+
+    for every in (1, 3):
+        report = probe(step, steps=80, track_every=every)
+        assert report.verdict is Verdict.RETAINED, every
+        assert report.bytes_per_step == pytest.approx(128.0), every
+        assert report.graph_nodes_per_step > 0
+        (holder,) = report.holders
+        assert holder.subject == "_History.rows" and holder.bytes_per_step == pytest.approx(128.0)
+        assert holder.created_at and "(cat" in holder.created_at[0]
+
+
+def test_the_grad_of_a_kept_leaf_belongs_to_its_holder():
+    # A kept leaf's .grad lives in C++ beside it: it read as a second, "(unnamed)" holder.
+    kept = []
+
+    def step():
+        p = torch.randn(64, requires_grad=True)
+        (p * 2).sum().backward()
+        kept.append(p)
+
+    report = probe(step, steps=60, track_every=1)
+    assert report.verdict is Verdict.RETAINED
+    (holder,) = report.holders
+    assert holder.subject and holder.bytes_per_step == pytest.approx(512.0)
+    assert any("the .grad of a tensor it holds" in site for site in holder.created_at)
+
+
 def test_a_leak_every_seventh_step_is_not_taken_for_a_filled_buffer_with_a_stride():
     # At one step in 3, the leak lands on a tracked step about every 21 steps: the series is
     # quiet between, which read "stayed level" (clean) once the tracked step moved in its block.
