@@ -69,15 +69,29 @@ def _source_line(obj) -> tuple[str, int]:
 
 
 def _global_line(module: types.ModuleType, name: str) -> int:
+    """The first module-level statement that binds `name` (`kept, calls = [], [0]` too), or 0."""
     try:
-        lines = inspect.getsource(module).splitlines()
-    except (TypeError, OSError):
+        tree = ast.parse(inspect.getsource(module))
+    except (TypeError, OSError, SyntaxError, ValueError):
         return 0
-    for number, text in enumerate(lines, 1):
-        stripped = text.split("#")[0]
-        if stripped.startswith((f"{name} =", f"{name}=", f"{name}:")):
-            return number
+    stack = list(reversed(tree.body))
+    while stack:
+        statement = stack.pop()
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(_binds(target, name) for target in targets):
+                return statement.lineno
+        elif isinstance(statement, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            stack.extend(reversed([n for n in ast.iter_child_nodes(statement) if isinstance(n, ast.stmt)]))
     return 0
+
+
+def _binds(target: ast.expr, name: str) -> bool:
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_binds(element, name) for element in target.elts)
+    return isinstance(target, ast.Starred) and _binds(target.value, name)
 
 
 @dataclass
@@ -534,7 +548,7 @@ def _assigned_line(obj, name: str) -> int:
     found = [target.lineno for statement in statements
              if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign))
              for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
-             if isinstance(target, ast.Name) and target.id == name]
+             if _binds(target, name)]
     return start + min(found) - 1 if found else 0
 
 

@@ -267,3 +267,10 @@ def test_optimizer_state_kept_by_a_users_object_is_named_through_its_attribute()
     (holder,) = find_holders([trainer.opt.state[trainer.param]["exp_avg"]])
     assert holder.subject == "_Trainer.opt.state"
     assert holder.file == __file__ and "attribute 'opt' of a _Trainer" in holder.detail
+
+
+def test_a_global_bound_in_a_tuple_assignment_points_at_its_line():
+    # `pair_kept, pair_count = [], [0]`: the holder's line read 0 (the file's top).
+    report = probe(case("tuple_bound_global"), steps=30)
+    (holder,) = report.holders
+    assert holder.subject == "pair_kept" and holder.line == case_line("pair_kept, pair_count = [], [0]")

@@ -180,3 +180,11 @@ def parameter_list_from_call_30():
 
 def module_list_grows():
     adapters.blocks.append(nn.Linear(4, 4))  # weight 64 B + bias 16 B
+
+
+pair_kept, pair_count = [], [0]
+
+
+def tuple_bound_global():
+    pair_count[0] += 1
+    pair_kept.append(torch.randn(16))  # 64 B
