@@ -568,11 +568,7 @@ class FileModel:
             returned = [e.value for e in walk.of(ReturnValue)
                         if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
             result = _returned(returned)
-            # Only a graph the caller passed: one the helper makes itself it reports at its own line.
-            from_caller = {name for name, value in given.items() if value.holds_graph()}
-            param_adds = tuple(e for e in walk.of(ContainerAdd)
-                               if e.scope == "param" and e.container_name in given_exprs and e.value.holds_graph()
-                               and _reads_within(e.value) & from_caller)
+            param_adds = tuple(e for e in walk.of(ContainerAdd) if e.scope == "param" and e.value.holds_graph())
             self._call_results[at_depth if cut else whole] = (result, param_adds)
             if self.prescan(function).stores and any(v.holds_graph() for v in given.values()):
                 # What it keeps where the call outlives (its self, a global) is kept for the caller's
@@ -596,8 +592,12 @@ class FileModel:
             return value.with_(reads=frozenset(reads))
 
         if keep is not None:
+            # Per call, not in the cache: a call that leaves the list to its default shares the
+            # cached walk with one that passes it. Only a graph the caller passed travels.
+            from_caller = {name for name, value in given.items() if value.holds_graph()}
             for add in param_adds:
-                keep(given_exprs[add.container_name], replace(add, value=as_read_by_caller(add.value)))
+                if add.container_name in given_exprs and _reads_within(add.value) & from_caller:
+                    keep(given_exprs[add.container_name], replace(add, value=as_read_by_caller(add.value)))
         return as_read_by_caller(result)
 
     def _is_generator(self, function: cst.FunctionDef) -> bool:

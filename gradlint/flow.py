@@ -106,6 +106,7 @@ class ContainerAdd:
     value: Val
     overwrites: bool = False  # `d["last"] = v`, `buf[0] = v`: replaces one slot, does not grow
     through: str | None = None  # the helper of this file that adds to it: `keep(history, loss)`
+    origin: cst.CSTNode | None = None  # and the helper's own statement that adds
 
 
 @dataclass(frozen=True)
@@ -572,7 +573,8 @@ class Walker:
                     container.attr.value, value, augmented=True, target=container))
 
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
-                       overwrites: bool = False, through: str | None = None) -> None:
+                       overwrites: bool = False, through: str | None = None,
+                       origin: cst.CSTNode | None = None) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -583,13 +585,14 @@ class Walker:
         else:
             return  # a container we cannot name: a call result, a subscript of one
         self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites,
-                                             through))
+                                             through, origin))
 
     def _kept_by(self, call: cst.Call, helper: str):
         """What a helper of this file adds to a container its caller passed (`keep(history, loss)`)
         is added here, at the call, to the caller's container."""
         def keep(container: cst.BaseExpression, add: ContainerAdd) -> None:
-            self._container_add(container, add.method, add.value, call, add.overwrites, through=helper)
+            self._container_add(container, add.method, add.value, call, add.overwrites, through=helper,
+                                origin=add.where.node)
         return keep
 
     def _note_item(self, container: cst.BaseExpression, receiver: Val, item: Val) -> None:

@@ -479,6 +479,12 @@ def embed_batch(model, tokens):
         return graph_store_precheck.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
+        hits = list(self._hits(model))
+        # A helper's own line reported (it makes a graph itself) is not reported again at its calls.
+        own = {id(event.where.node) for event, _ in hits if event.through is None}
+        return (hit for event, hit in hits if event.origin is None or id(event.origin) not in own)
+
+    def _hits(self, model: FileModel) -> Iterator[tuple[ContainerAdd, Hit]]:
         for walk in model.walks:
             if walk.role.no_grad:
                 continue
@@ -498,14 +504,14 @@ def embed_batch(model, tokens):
                 fix = _keep_detached(event) if event.through is None else None
                 by = f" by {event.through}()" if event.through else ""
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
-                    yield Hit(event.where.node, (
+                    yield event, Hit(event.where.node, (
                         f"a graph-attached tensor is stored into {event.container_name}{by} ({why}): it keeps "
                         "this step's autograd graph (and its activations when backward is not run) alive "
                         "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject,
                         fix)
                     continue
                 verb = _VERBS.get(event.method, "added to")
-                yield Hit(event.where.node, (
+                yield event, Hit(event.where.node, (
                     f"a graph-attached tensor is {verb} {event.container_name}{by} ({why}): it keeps every "
                     "step's autograd graph alive, and all its activations when backward is not run; "
                     "store .item() or .detach() instead"), subject=subject, fix=fix)

@@ -215,3 +215,33 @@ def test_gl105_names_the_state_fed_back_into_the_step_for_the_runtime_probe(sour
     rules = RuleSet.from_settings(Settings(select=("GL105",)))
     (finding,) = lint_source(textwrap.dedent(source), "t.py", rules).findings
     assert finding.code == "GL105" and finding.subject == subject
+
+
+# ----- a helper of the file adding the caller's graph to the caller's list -----------------------
+
+HELPER_CALLS = """
+    import torch
+    HISTORY = []
+    def remember(value, buf=HISTORY):
+        buf.append(value)
+    def mixed(value, buf):
+        buf.append(value + model(value).mean())
+    def train(model, loader, opt, history):
+        for x in loader:
+            loss = model(x).mean()
+            loss.backward()
+            opt.step()
+            remember(loss)
+            remember(loss, history)
+            mixed(loss, history)
+"""
+
+
+def test_a_helper_call_that_leaves_the_list_to_its_default_shares_no_store_with_one_that_passes_it():
+    # The two calls share one cached walk of remember(): the first gives no `buf` (it crashed
+    # with KeyError when second), the second must still be reported at its own line.
+    lines = textwrap.dedent(HELPER_CALLS).splitlines()
+    at = next(n for n, text in enumerate(lines, 1) if "remember(loss, history)" in text)
+    mixed = next(n for n, text in enumerate(lines, 1) if "buf.append(value + model" in text)
+    # mixed() makes a graph itself: reported at its own line, not again at the call.
+    assert [c for c in codes(HELPER_CALLS) if c[1] == "GL103"] == [(mixed, "GL103"), (at, "GL103")]
