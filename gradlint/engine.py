@@ -120,9 +120,8 @@ def _syntax_error(source: str, path: str) -> Finding | None:
 def _precheck(rule: Rule, tree: ast.Module) -> bool:
     try:
         return rule.precheck(tree)
-    except RecursionError:
-        raise
     except Exception:  # noqa: BLE001 - a precheck only saves time: if it fails, the rule itself decides
+        # (a RecursionError too: libcst then meets the same depth and says so, GL001)
         return True
 
 
@@ -143,11 +142,8 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     if isinstance(tree, Finding):
         result.findings.append(tree)
         return result
-    try:
-        # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
-        rules = [r for r in rules if tree is None or _precheck(r, tree)]
-    except RecursionError:
-        rules = []
+    # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
+    rules = [r for r in rules if tree is None or _precheck(r, tree)]
     if not rules:
         return result
     result.analyzed = True

@@ -45,13 +45,10 @@ def has_autograd_function(tree: ast.Module) -> bool:
 
 
 def mentions_register_autograd(tree: ast.Module) -> bool:
-    for node in _top_level(tree):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name == "register_autograd":
-                return True
-    return False
+    """A register_autograd call anywhere, under any import name (FileModel reads those at the top
+    level, also inside `with`/`for` blocks: looser is safe)."""
+    names = names_imported_as(tree, "register_autograd")
+    return any(isinstance(node, ast.Call) and last_name(node.func) in names for node in ast.walk(tree))
 
 
 def _top_level(tree: ast.Module) -> Iterator[ast.stmt]:
@@ -145,8 +142,8 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
                 return True
         elif site.function is not None:
             own = [s for s in steps if s.function is site.function]
-            # `not any` below: a loop counts as training only where flow surely agrees (no comments)
-            if own and not any(id(loop) in backward_loops or TRAINING_ITERABLE.search(ast.unparse(_header(loop)))
+            # `not any` below: a loop counts as training only where flow surely agrees
+            if own and not any(id(loop) in backward_loops or _surely_training_header(loop)
                                for s in own for loop in s.loops):
                 return True
     return False
@@ -163,6 +160,16 @@ def training_header(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
     header = _header(loop)
     several_lines = header.end_lineno > loop.lineno or loop.body[0].lineno > loop.lineno + 1
     return several_lines or bool(TRAINING_ITERABLE.search(ast.unparse(header)))
+
+
+def _surely_training_header(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
+    """A header flow surely reads as a loop over a loader/dataset/epochs: a name in it says so, as
+    the source spells it. ast.unparse joins `"data" "set"` and decodes escapes, and CPython
+    normalises identifiers (`ｅpochs` is `epochs`): a name counts only where its source bytes
+    are as many as its ASCII text's, so it is spelled the same."""
+    return any(isinstance(n, ast.Name) and n.id.isascii() and n.end_lineno == n.lineno
+               and n.end_col_offset - n.col_offset == len(n.id) and TRAINING_ITERABLE.search(n.id)
+               for n in ast.walk(_header(loop)))
 
 
 def _dotted(node: ast.expr) -> str | None:

@@ -75,7 +75,7 @@ class Prescan:
         self.tensor_uses: set[str] = set()
         self.arithmetic: list[tuple[str, str]] = []
         # Names whose items are used as tensors (`edge_index[0].contiguous()`, `src, dst =
-        # edge_index` with src a tensor): a tensor or a container of tensors, either way tensors.
+        # edge_index` with src used as one): a tensor or a container of tensors, either way tensors.
         self.item_uses: set[str] = set()
         self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`
         # `return out`: in an autograd forward, the one value returned is the output tensor.
@@ -190,7 +190,8 @@ class Prescan:
     @cached_property
     def tensor_holders(self) -> frozenset[str]:
         """Names not known as tensors whose items are: indexed or unpacked into tensors."""
-        holders = self.item_uses | {source for target, source in self.unpacked if target in self.tensor_names}
+        # Unpacked: the target itself used as only a tensor is (not `x * a`: a may be a float).
+        holders = self.item_uses | {source for target, source in self.unpacked if target in self.tensor_uses}
         return frozenset(holders - self.tensor_names - self.scalar_uses)
 
     def _subscript(self, node: cst.Subscript) -> None:
@@ -217,7 +218,7 @@ class Prescan:
             # `edge_index[0].contiguous()`: a tensor, or a container of tensors; either way what
             # is kept of it (on ctx) is tensors.
             indexed = _indexed_name(func.value)
-            if indexed is not None and indexed not in self.imported and method in api.TENSOR_ONLY_METHODS:
+            if indexed is not None and indexed not in self.imported and method in api.ITEM_TENSOR_METHODS:
                 self.item_uses.add(indexed)
             if receiver is not None and method in api.MODULE_ONLY_METHODS:
                 self.module_uses.add(receiver)
@@ -261,8 +262,6 @@ class Prescan:
                 continue
             if isinstance(arg.value, cst.Name):
                 self.tensor_uses.add(arg.value.value)
-            elif _indexed_name(arg.value) is not None:
-                self.item_uses.add(_indexed_name(arg.value))
 
     def _scalar_args(self, node: cst.Call, skip: int = 0) -> None:
         positional = [a for a in node.args if a.keyword is None]

@@ -130,6 +130,14 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     # not `add`: a set has one
     "mul", "sub", "div", "clamp_", "addmm", "lerp", "masked_select",
 })
+# Evidence from an item (`edge_index[0].contiguous()`): the container could hold anything, so only
+# methods no NumPy array, str, bytes, list, dict, set, tuple or nn.Module has (computed from their
+# dir() on torch 2.13 and NumPy 2.x): not sum/view/reshape/argsort/split, nor to/cuda/float.
+ITEM_TENSOR_METHODS = TENSOR_ONLY_METHODS - frozenset({
+    "argmax", "argmin", "argsort", "cpu", "cuda", "cumsum", "diagonal", "double", "flatten", "float", "half",
+    "item", "mean", "nonzero", "requires_grad_", "reshape", "size", "sort", "split", "squeeze", "sum",
+    "swapaxes", "to", "trace", "transpose", "view",
+})
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
 # Which positional arguments must be tensors (counted from 0, after the receiver for a method):
 # evidence that a forward input is a tensor. Only these: `x.mul_(scale)`, `torch.clamp(x, lo, hi)`

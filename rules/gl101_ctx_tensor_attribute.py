@@ -130,6 +130,23 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # Inputs indexed or unpacked into what is no tensor: sizes, strings, NumPy arrays, floats.
+        """
+import torch
+class Pad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, sizes, names, perms, coeffs):
+        out = torch.zeros(sizes[0], x.size(1))
+        prefix = names[0].split(".")[0]
+        inverse = perms[0].argsort()
+        a, b = coeffs
+        ctx.sizes, ctx.names, ctx.perms, ctx.coeffs = sizes, names, perms, coeffs
+        ctx.prefix, ctx.inverse = prefix, inverse
+        return out + x * a + b
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None, None, None
+""",
         # torch's settings and predicates are no tensors, also through a helper of the file
         # (torch.utils.checkpoint keeps its autocast state this way).
         """
@@ -427,8 +444,10 @@ class Cube(torch.autograd.Function):
                     continue
                 if kind == "output" and _marked(walk, store.value):
                     kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
-                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError
-                fix = _save_instead(function, walk, store) if store.value.kind is Kind.TENSOR else None
+                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError,
+                # and so would `ctx.a = a` where only `x * a` says a is a tensor (a float passes too)
+                fix = _save_instead(function, walk, store) \
+                    if store.value.kind is Kind.TENSOR and not _tensor_by_arithmetic_only(model, walk, store) else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 if store.attribute == "<dynamic>":
                     attr = f"the attribute `{code(store.node).strip()}` sets"
@@ -459,6 +478,16 @@ class Cube(torch.autograd.Function):
                         "ctx.save_for_backward: autograd's version-counter "
                         "check is skipped (an in-place change gives silently wrong gradients) and the tensor "
                         "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
+
+
+def _tensor_by_arithmetic_only(model: FileModel, walk: Walk, store: AttributeStore) -> bool:
+    """`ctx.a = a` for a forward input known as a tensor only from arithmetic with one."""
+    node = store.where.node
+    value = node.value if isinstance(node, cst.Assign) else None
+    if not isinstance(value, cst.Name) or not isinstance(walk.function, cst.FunctionDef):
+        return False
+    params = {p.name.value for p in walk.function.params.params}
+    return value.value in params and value.value not in model.prescan(walk.function).tensor_uses
 
 
 # ----- the fix ------------------------------------------------------------------------------

@@ -507,6 +507,38 @@ STEP_CALLS = {
                   ):
             torch.cuda.empty_cache()
         """),
+    # Outside loops, a def whose step() sits in a loop over what only CPython's tree calls
+    # epochs: the source says otherwise (string concatenation, a normalised identifier).
+    "header_joined_only_by_the_parser": ("GL106", """
+        import torch
+        def train_step(opt, model, x):
+            for g in groups("data" "set"):
+                opt.step()
+            torch.cuda.empty_cache()
+        """),
+    "header_normalised_only_by_the_parser": ("GL106", """
+        import torch
+        def train_step(opt, model, x):
+            for g in \uff45pochs_of(x):
+                opt.step()
+            torch.cuda.empty_cache()
+        """),
+    "register_autograd_under_an_alias": ("GL304", """
+        import torch
+        from torch.library import register_autograd as reg
+        class Marker(torch.autograd.Function):
+            pass
+        @torch.library.custom_op("mylib::scale", mutates_args=())
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+        def setup(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+        def scale_grad(ctx, grad):
+            x, = ctx.saved_tensors
+            x.data.mul_(1)
+            return grad * 2
+        reg("mylib::scale", scale_grad, setup_context=setup)
+        """),
     "while_loop_stepping": ("GL105", """
         while not done:
             loss = model(x).sum()
