@@ -341,8 +341,8 @@ def _adopt_unreferenced(tracker: LiveStorageTracker, grouped: dict[str, tuple[Ho
                         named_roots: list[tuple[object, Holder]]) -> dict[str, tuple[Holder, list[int]]]:
     """Storages with no Python referrer belong to the named holder that keeps them, not to
     '(unnamed)': what its graph saves (a branch backward never ran through, a state carried
-    across steps), and the `.grad` of a leaf it holds (a kept parameter's gradient: torch keeps
-    it in C++, beside the tensor)."""
+    across steps), and the `.grad` of a tensor it holds (a kept parameter's gradient, or a
+    retain_grad() tensor's: torch keeps it in C++, beside the tensor)."""
     unnamed = [subject for subject, (holder, _) in grouped.items() if not holder.subject]
     if not unnamed:
         return grouped
@@ -354,7 +354,8 @@ def _adopt_unreferenced(tracker: LiveStorageTracker, grouped: dict[str, tuple[Ho
     named = {key: holder for holder, keys in grouped.values() if holder.subject for key in keys}
     for key, tensors in _tensors_by_storage(tracker, set(named)).items():
         for t in tensors:
-            grad = t.grad if t.is_leaf else None  # .grad of a non-leaf warns and is None
+            # .grad of a non-leaf warns and is None, unless retain_grad() asked for it
+            grad = t.grad if t.is_leaf or t.retains_grad else None
             if grad is not None:
                 owner.setdefault(tracker.storage_key(grad), (named[key], "the .grad of a tensor it holds"))
     for subject in unnamed:
