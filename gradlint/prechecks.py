@@ -8,9 +8,24 @@ loose (a yes only means "look closer"), never stricter than the rules.
 from __future__ import annotations
 
 import ast
+import functools
+import weakref
 from typing import Callable, Iterator, NamedTuple
 
 from gradlint.torch_api import CONTAINER_STORING_METHODS, TRAINING_ITERABLE, makes_a_step
+
+
+def _per_tree(question: Callable[[ast.Module], object]):
+    """Remember the answer for the last tree asked about: the engine asks every rule's precheck
+    of one tree before the next, and several rules ask the same question."""
+    last: list = [None, None]
+
+    @functools.wraps(question)
+    def ask(tree: ast.Module):
+        if last[0] is None or last[0]() is not tree:
+            last[0], last[1] = weakref.ref(tree), question(tree)
+        return last[1]
+    return ask
 
 
 def _classes(tree: ast.Module) -> Iterator[ast.ClassDef]:
@@ -30,6 +45,7 @@ def _base_text(base: ast.expr) -> str:
     return ast.unparse(base) if not isinstance(base, ast.Name) else base.id
 
 
+@_per_tree
 def has_autograd_function(tree: ast.Module) -> bool:
     """A class with a base named like a Function (or any base, with forward and backward), or a
     register_autograd call."""
@@ -45,10 +61,30 @@ def has_autograd_function(tree: ast.Module) -> bool:
 
 
 def mentions_register_autograd(tree: ast.Module) -> bool:
-    """A register_autograd call anywhere, under any import name (FileModel reads those at the top
-    level, also inside `with`/`for` blocks: looser is safe)."""
-    names = names_imported_as(tree, "register_autograd")
-    return any(isinstance(node, ast.Call) and last_name(node.func) in names for node in ast.walk(tree))
+    """A register_autograd call as FileModel finds one: a statement of the module's top level
+    (inside if/try/with/for blocks too), under any import name."""
+    called = {last_name(statement.value.func) for statement in _top_level_statements(tree)
+              if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)}
+    return bool(called and names_imported_as(tree, "register_autograd") & called)
+
+
+def _top_level_statements(tree: ast.Module) -> Iterator[ast.stmt]:
+    """Every statement outside defs and classes."""
+    stack: list = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(_blocks(node))
+
+
+def _blocks(node: ast.stmt) -> list[ast.stmt]:
+    inner = [*getattr(node, "body", ()), *getattr(node, "orelse", ()), *getattr(node, "finalbody", ())]
+    for handler in getattr(node, "handlers", ()):
+        inner.extend(handler.body)
+    for case in getattr(node, "cases", ()):
+        inner.extend(case.body)
+    return inner
 
 
 def _top_level(tree: ast.Module) -> Iterator[ast.stmt]:
@@ -194,9 +230,19 @@ def last_name(node: ast.expr) -> str | None:
 def names_imported_as(tree: ast.Module, name: str) -> set[str]:
     """`name` and what an import anywhere in the file renames it to (`from m import name as x`,
     `import m.name as x`): the names names.ImportTable.qualify turns into it."""
-    found = {name}
-    for node in ast.walk(tree):
+    return {name} | _renames(tree).get(name, set())
+
+
+@_per_tree
+def _renames(tree: ast.Module) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    stack: list = list(tree.body)  # statements only: imports are statements
+    while stack:
+        node = stack.pop()
+        stack.extend(_blocks(node))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update(alias.asname for alias in node.names
-                         if alias.asname and alias.name.rsplit(".", 1)[-1] == name)
+            for alias in node.names:
+                if alias.asname:
+                    found.setdefault(alias.name.rsplit(".", 1)[-1], set()).add(alias.asname)
     return found
+
