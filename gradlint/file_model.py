@@ -81,6 +81,7 @@ class FileModel:
         self._source = source
         self.imports = ImportTable()
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs, by name
+        self._compiled: dict[str, str] = {}  # `fast = torch.compile(train_step)`: fast -> train_step
         self.module_names: set[str] = set()
         self._module_values: dict[str, Val] = {}
         self._classes: list[_ClassInfo] = []
@@ -149,8 +150,17 @@ class FileModel:
                         self._module_values[target.value] = self._module_level_value(small.value)
                         if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
                             self._instances[target.value] = small.value.func.value
+                        if isinstance(small.value, cst.Call) and small.value.args \
+                                and isinstance(small.value.args[0].value, cst.Name) \
+                                and self.imports.qualify(small.value.func) == "torch.compile":
+                            self._compiled[target.value] = small.value.args[0].value.value
         elif top and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             self._note_register_autograd(small.value)
+
+    def compiled(self, name: str) -> cst.FunctionDef | None:
+        """The def a top-level `name = torch.compile(def_name, ...)` compiles: calling it runs that
+        def's code (for what it returns and keeps, the same)."""
+        return self.functions.get(self._compiled.get(name, ""))
 
     def _module_level_value(self, value: cst.BaseExpression) -> Val:
         if isinstance(value, (cst.List, cst.Dict, cst.Tuple)):

@@ -772,7 +772,8 @@ class Walker:
             builtin = self._builtin(e, func.value, args, positional)
             if builtin is not None:
                 return builtin
-            local = self.nested_defs.get(func.value) or self.model.functions.get(func.value)
+            local = self.nested_defs.get(func.value) or self.model.functions.get(func.value) \
+                or self.model.compiled(func.value)
             if local is not None:
                 self._follow(local, e, args)
                 if _DETACHING_NAME.search(func.value):

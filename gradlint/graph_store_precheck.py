@@ -512,6 +512,7 @@ class _GraphValues:
         """A call of a def of this file (by name: a method or a function), which flow walks with
         the call's arguments: what it returns may be what it was given, or what it made, or what
         a module it was given made when it calls that parameter (`run_layer(nn.Linear(4, 4), x)`)."""
+        name = self.facts.compiled.get(name, name)
         if name not in self.facts.returning_defs:
             return _NOTHING
         if self.facts.returns_graph(name):
@@ -631,6 +632,7 @@ class _FileFacts:
         # module class may give what its forward stored there (flow's stores_graph_on_self).
         self.method_stores: set[str] = set()
         self._top_level_calls: dict[str, set[str]] = {}  # `model = Net()` at the top: model -> {Net}
+        self._wrapped: dict[str, tuple[str | None, str]] = {}  # `step = f(train_step)`: step -> (f, train_step)
         # Forward hooks, as FileModel.forward_hooks finds them: by name, by the factory that
         # returns them, or by an instance whose __call__ is one.
         self._given: dict[str, bool] = {}  # see given_graph
@@ -654,6 +656,13 @@ class _FileFacts:
         name = self.qualify(callee)
         return (name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper()) \
             or name in self.module_class_names
+
+    @cached_property
+    def compiled(self) -> dict[str, str]:
+        """`fast = torch.compile(train_step)` at the top level: fast -> train_step, as
+        FileModel.compiled reads it (flow walks the def for a call of either name)."""
+        return {name: function for name, (callee, function) in self._wrapped.items()
+                if callee is not None and self.qualify(callee) == "torch.compile"}
 
     @cached_property
     def returning_defs(self) -> set[str]:
@@ -695,6 +704,8 @@ class _FileFacts:
                 func = call.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
                 if name is not None and _calls_own(call, name, scope.self_name, self):
+                    if isinstance(func, ast.Name):
+                        name = self.compiled.get(name, name)
                     found.setdefault(name, []).append((scope, call))
         return found
 
@@ -844,6 +855,9 @@ class _FileFacts:
                 if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
                         and isinstance(node.value.func, ast.Name):
                     self._top_level_calls.setdefault(target.id, set()).add(node.value.func.id)
+                if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
+                        and node.value.args and isinstance(node.value.args[0], ast.Name):
+                    self._wrapped[target.id] = (_dotted(node.value.func), node.value.args[0].id)
         self._children(node, scope, loops)
 
     def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:

@@ -251,6 +251,20 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # What a torch.compile'd def of the file returns is what the def returns.
+        Invalid("""
+import torch
+def train_step(model, opt, x):
+    loss = model(x).mean()
+    loss.backward()
+    opt.step()
+    return loss
+fast_step = torch.compile(train_step, mode="max-autotune")
+def main(model, opt, loader):
+    history = []
+    for x in loader:
+        history.append(fast_step(model, opt, x))
+""", ("history.append(fast_step(model, opt, x))",)),
         # A helper appends what it is given to the list it is given: the caller's list outlives
         # the loop, the one made inside it does not, and a float keeps no graph.
         Invalid("""
