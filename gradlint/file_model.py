@@ -606,8 +606,10 @@ class FileModel:
             # cached walk with one that passes it. Only a graph the caller passed travels.
             from_caller = {name for name, value in given.items() if value.holds_graph()}
             for add in param_adds:
-                if add.container_name in given_exprs and _reads_within(add.value) & from_caller:
-                    keep(given_exprs[add.container_name], replace(add, value=as_read_by_caller(add.value)))
+                # A list left to a default that names a global (`buf=HISTORY`) is that global.
+                container = given_exprs.get(add.container_name) or _global_default(function, add.container_name)
+                if container is not None and _reads_within(add.value) & from_caller:
+                    keep(container, replace(add, value=as_read_by_caller(add.value)))
         return as_read_by_caller(result)
 
     def _is_generator(self, function: cst.FunctionDef) -> bool:
@@ -857,6 +859,14 @@ def _outlives_the_call(event) -> bool:
     if isinstance(event, NameStore):
         return event.scope in ("global", "closure")
     return False
+
+
+def _global_default(function: cst.FunctionDef, name: str | None) -> cst.Name | None:
+    """The default of parameter `name` when it is a plain name (`buf=HISTORY`)."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and isinstance(param.default, cst.Name) and param.default.value != "None":
+            return param.default
+    return None
 
 
 def _reads_within(value: Val) -> frozenset[str]:

@@ -37,7 +37,8 @@ Flags a graph-attached tensor (a loss, a model output, anything computed from th
 outlives the training step: one created before the training loop, a module-level global, an
 attribute, a closure variable, or a parameter (the caller's list). A helper of the same file
 that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
-`buf.append(value)`) is reported at the call, where the list is known. In a file that calls
+`buf.append(value)`) is reported at the call, where the list is known; so is one left to a
+default that names a module-level list (`def log_loss(value, buf=HISTORY)`). In a file that calls
 backward(), a forward hook's `output` (and `input`) is a module call's output: graph-attached
 (feature extraction runs its forwards under `no_grad`). Step functions with no loop
 count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
@@ -251,6 +252,19 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # A helper's list left to its default, a module-level list: that list grows.
+        Invalid("""
+import torch
+HISTORY = []
+def log_loss(value, buf=HISTORY):
+    buf.append(value)
+def train(model, loader, opt):
+    for x in loader:
+        loss = model(x).mean()
+        loss.backward()
+        opt.step()
+        log_loss(loss)
+""", ("log_loss(loss)",)),
         # What a torch.compile'd def of the file returns is what the def returns.
         Invalid("""
 import torch
