@@ -466,7 +466,7 @@ class FileModel:
             return SCALAR
         if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
             return SCALAR
-        if name in scan.tensor_names:
+        if name in scan.tensor_uses:
             return Val(Kind.TENSOR, is_input=True)
         if name in scan.tensor_holders:
             # `edge_index[0]` used as a tensor: it is one, or holds some; which item is which is

@@ -985,6 +985,9 @@ class Walker:
         for arg, value in args:
             if arg.keyword is not None and arg.keyword.value in bound:
                 bound[arg.keyword.value] = value
+        # What the caller could not tell, the helper's own use may: `edge_index.size(1)` in it.
+        uses = self.model.prescan(function).tensor_uses
+        bound.update({p: Val(Kind.TENSOR) for p, v in bound.items() if v.kind is Kind.UNKNOWN and p in uses})
         child = Walker(self.walk, function, depth=self.depth + 1,
                        enclosing={**self.enclosing, **self.env} if is_closure else None,
                        nested_defs=self.nested_defs if is_closure else None)

@@ -10,6 +10,7 @@ from gradlint.file_model import AutogradFunction, FileModel, bindings_of, leadin
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
+from gradlint.torch_api import ITEM_TENSOR_METHODS, TENSOR_ATTRIBUTES
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 from gradlint.values import Kind, Val
@@ -97,7 +98,11 @@ What torch 2.13 does, measured:
   place after forward and backward silently computes wrong gradients), and it stays alive after
   backward for as long as the graph is referenced; `save_for_backward` frees it in backward.
 
-Python scalars, shapes, dtypes and bools on ctx are fine and never reported.
+Python scalars, shapes, dtypes and bools on ctx are fine and never reported: a forward input
+counts as a tensor only when forward uses it as only a tensor is used (`w.t()`, `x.mm(w)`, saved
+for backward), or backward does so with the attribute (`ctx.w.shape`); `x * slope` alone says
+nothing (a float passes too). An input or intermediate on ctx is a warning (a correctness risk);
+the Function's own output or a view of it is an error (a leak).
 
 ## Example
 ```python
@@ -130,6 +135,20 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # A slope only multiplied with a tensor: a float as far as anything shows.
+        """
+import torch
+class LeakyStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, slope):
+        ctx.save_for_backward(x)
+        ctx.slope = slope
+        return torch.where(x > 0, x, x * slope)
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return torch.where(x > 0, grad, grad * ctx.slope), None
+""",
         # Inputs indexed or unpacked into what is no tensor: sizes, strings, NumPy arrays, floats.
         """
 import torch
@@ -207,6 +226,23 @@ class NotAutograd:
 """,
     )
     INVALID = (
+        # Tensors as far as a helper given ctx, or backward, shows: `edge_index.size(1)` there,
+        # `ctx.w.t()` here (forward's `x * w` alone would not say).
+        Invalid("""
+import torch
+def _keep_edges(ctx, edge_index):
+    ctx.num_edges = edge_index.size(1)
+    ctx.edge_index = edge_index
+class EdgeScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, edge_index, w):
+        _keep_edges(ctx, edge_index)
+        ctx.w = w
+        return x * w
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.w, None, (grad * ctx.w.t()).sum()
+""", ("    ctx.edge_index = edge_index", "ctx.w = w")),
         # An input known as tensors only through its items (a [2, E] edge index, or a pair of
         # index tensors) or a tuple of tensors: reported, and left alone by the fix, since
         # save_for_backward takes tensors only. What is unpacked from such an input
@@ -440,14 +476,14 @@ class Cube(torch.autograd.Function):
                 if store.owner.kind is not Kind.CTX:
                     continue
                 kind = stored_kind(walk, store.value)
+                if kind is None and store.value.kind is Kind.UNKNOWN and _used_as_tensor_in_backward(function, store.attribute):
+                    kind = "tensor"  # `out = x * w` says nothing of w (a float passes); `ctx.w.t()` does
                 if kind is None:
                     continue
                 if kind == "output" and _marked(walk, store.value):
                     kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
-                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError,
-                # and so would `ctx.a = a` where only `x * a` says a is a tensor (a float passes too)
-                fix = _save_instead(function, walk, store) \
-                    if store.value.kind is Kind.TENSOR and not _tensor_by_arithmetic_only(model, walk, store) else None
+                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError
+                fix = _save_instead(function, walk, store) if store.value.kind is Kind.TENSOR else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 if store.attribute == "<dynamic>":
                     attr = f"the attribute `{code(store.node).strip()}` sets"
@@ -480,14 +516,20 @@ class Cube(torch.autograd.Function):
                         "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
 
 
-def _tensor_by_arithmetic_only(model: FileModel, walk: Walk, store: AttributeStore) -> bool:
-    """`ctx.a = a` for a forward input known as a tensor only from arithmetic with one."""
-    node = store.where.node
-    value = node.value if isinstance(node, cst.Assign) else None
-    if not isinstance(value, cst.Name) or not isinstance(walk.function, cst.FunctionDef):
+def _used_as_tensor_in_backward(function: AutogradFunction, attribute: str) -> bool:
+    """backward reads `ctx.<attribute>` as only a tensor is read: `.shape`, `.t()`, `.index_select(...)`
+    (methods a NumPy array or a Python value would not have)."""
+    backward = function.backward
+    ctx = _first_param(backward) if backward is not None else None
+    if ctx is None:
         return False
-    params = {p.name.value for p in walk.function.params.params}
-    return value.value in params and value.value not in model.prescan(walk.function).tensor_uses
+    for node in descendants(backward.body):
+        if isinstance(node, cst.Attribute) and (node.attr.value in TENSOR_ATTRIBUTES or node.attr.value in ITEM_TENSOR_METHODS):
+            inner = node.value
+            if isinstance(inner, cst.Attribute) and inner.attr.value == attribute \
+                    and isinstance(inner.value, cst.Name) and inner.value.value == ctx:
+                return True
+    return False
 
 
 # ----- the fix ------------------------------------------------------------------------------

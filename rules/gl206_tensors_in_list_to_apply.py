@@ -157,7 +157,8 @@ def run(a, b):
                 value = arg.value
                 if _may_hold_tensors(value, indexes=not short) or (isinstance(value, cst.Name) and value.value in containers):
                     yield Hit(site.call, (
-                        f"{name}.apply gets tensors inside a container: autograd does not see them, so the "
-                        "output does not require grad and no gradient reaches them (no error, measured torch "
-                        f"2.13); pass each tensor as its own argument ({name}.apply(*tensors))"), subject=name)
+                        f"{name}.apply gets tensors inside a container: autograd does not see them, so no "
+                        "gradient reaches them (no error, measured torch 2.13; the output requires grad only "
+                        f"through tensors passed as arguments of their own); pass each tensor as its own argument "
+                        f"({name}.apply(*tensors))"), subject=name)
                     break

@@ -230,7 +230,28 @@ def test_tensors_in_a_list_argument_are_not_differentiated():
     namespace = _load(source)
     out = namespace["run"](torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True))
     assert out.requires_grad is False
-    assert "does not require grad" in finding.message
+    assert "no gradient reaches them" in finding.message
+    assert "requires grad only through tensors passed as arguments of their own" in finding.message
+
+
+def test_a_tensor_passed_beside_the_list_still_makes_the_output_require_grad():
+    # What the GL206 message says of the output (an audit found "does not require grad" false).
+    source = textwrap.dedent("""
+        import torch
+        class Mix(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, ws):
+                return x * ws[0]
+            @staticmethod
+            def backward(ctx, g):
+                return g, None
+    """)
+    mix = _load(source)["Mix"]
+    x, w = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    out = mix.apply(x, [w])
+    assert out.requires_grad is True
+    out.sum().backward()
+    assert x.grad is not None and w.grad is None
 
 
 def test_second_save_for_backward_replaces_the_first():
