@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.flow import (_SCALAR_LIKE, AttributeStore, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
+from gradlint.flow import (_SCALAR_LIKE, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites
 from gradlint.trained_buffers import trained_and_emptied
@@ -95,6 +95,7 @@ class FileModel:
         self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...]]] = {}
         self._call_walks: list[Walk] = []  # see call_result
         self._generators: dict[int, bool] = {}
+        self._detaching: dict[int, bool] = {}
         self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._scan(module.body, owner=None, top=True)
@@ -616,6 +617,14 @@ class FileModel:
         found = self._generators.get(id(function))
         if found is None:
             found = self._generators[id(function)] = _is_generator(function)
+        return found
+
+    def detaches(self, function: cst.FunctionDef) -> bool:
+        """flow's question of a helper (does it call .detach()?), read once per def: a file that
+        calls its helpers many times asked it at every call (0.56 s of 2.9 s on 80 helpers)."""
+        found = self._detaching.get(id(function))
+        if found is None:
+            found = self._detaching[id(function)] = _detaches(function)
         return found
 
     def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, _ClassInfo] | None:

@@ -783,7 +783,7 @@ class Walker:
                 if func.value not in self.nested_defs or isinstance(self.function, cst.Module):
                     returned = self.model.call_result(local, None, e, args, None, None,
                                                       keep=self._kept_by(e, func.value))
-                if returned.kind is Kind.UNKNOWN and _detaches(local):
+                if returned.kind is Kind.UNKNOWN and self.model.detaches(local):
                     return DETACHED
                 return returned
             if _DETACHING_NAME.search(func.value):  # an imported repackage_hidden / detach_state
