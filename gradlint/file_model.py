@@ -151,10 +151,12 @@ class FileModel:
                         self._module_values[target.value] = self._module_level_value(small.value)
                         if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
                             self._instances[target.value] = small.value.func.value
-                        if isinstance(small.value, cst.Call) and small.value.args \
-                                and isinstance(small.value.args[0].value, cst.Name) \
-                                and self.imports.qualify(small.value.func) == "torch.compile":
-                            self._compiled[target.value] = small.value.args[0].value.value
+                        # The last binding decides: `fast = torch.compile(step)` then `fast = other`.
+                        compiled = _compiled_def(small.value, self.imports)
+                        if compiled is not None:
+                            self._compiled[target.value] = compiled
+                        else:
+                            self._compiled.pop(target.value, None)
         elif top and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             self._note_register_autograd(small.value)
 
@@ -467,7 +469,7 @@ class FileModel:
             return SCALAR
         if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
             return SCALAR
-        if name in scan.tensor_uses:
+        if name in scan.tensor_uses or name in scan.attribute_uses:
             return Val(Kind.TENSOR, is_input=True)
         if name in scan.tensor_holders:
             # `edge_index[0]` used as a tensor: it is one, or holds some; which item is which is
@@ -868,6 +870,16 @@ def _outlives_the_call(event) -> bool:
     if isinstance(event, NameStore):
         return event.scope in ("global", "closure")
     return False
+
+
+def _compiled_def(value: cst.BaseExpression, imports: ImportTable) -> str | None:
+    """`torch.compile(train_step, ...)` or `torch.compile(model=train_step)`: train_step."""
+    if not isinstance(value, cst.Call) or imports.qualify(value.func) != "torch.compile":
+        return None
+    positional = [a.value for a in value.args if a.keyword is None and not a.star]
+    given = positional[0] if positional else next(
+        (a.value for a in value.args if a.keyword is not None and a.keyword.value == "model"), None)
+    return given.value if isinstance(given, cst.Name) else None
 
 
 def _global_default(function: cst.FunctionDef, name: str | None) -> cst.Name | None:

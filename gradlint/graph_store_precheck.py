@@ -632,7 +632,8 @@ class _FileFacts:
         # module class may give what its forward stored there (flow's stores_graph_on_self).
         self.method_stores: set[str] = set()
         self._top_level_calls: dict[str, set[str]] = {}  # `model = Net()` at the top: model -> {Net}
-        self._wrapped: dict[str, tuple[str | None, str]] = {}  # `step = f(train_step)`: step -> (f, train_step)
+        # `step = f(train_step)` at the top: step -> (f, train_step); None for any other value
+        self._wrapped: dict[str, tuple[str | None, str] | None] = {}
         # Forward hooks, as FileModel.forward_hooks finds them: by name, by the factory that
         # returns them, or by an instance whose __call__ is one.
         self._given: dict[str, bool] = {}  # see given_graph
@@ -661,8 +662,8 @@ class _FileFacts:
     def compiled(self) -> dict[str, str]:
         """`fast = torch.compile(train_step)` at the top level: fast -> train_step, as
         FileModel.compiled reads it (flow walks the def for a call of either name)."""
-        return {name: function for name, (callee, function) in self._wrapped.items()
-                if callee is not None and self.qualify(callee) == "torch.compile"}
+        return {name: wrapped[1] for name, wrapped in self._wrapped.items()
+                if wrapped is not None and wrapped[0] is not None and self.qualify(wrapped[0]) == "torch.compile"}
 
     @cached_property
     def returning_defs(self) -> set[str]:
@@ -849,15 +850,15 @@ class _FileFacts:
     def _assign(self, node: ast.Assign | ast.AnnAssign, scope: _Scope, loops) -> None:
         if node.value is None:  # `x: int` binds nothing
             return
+        for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
+            if scope is self.scopes[0] and isinstance(target, ast.Name):  # the last binding decides
+                self._wrapped[target.id] = _wrapped_def(node.value)
         if type(node.value) not in _NEVER_GRAPH:
             for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
                 self._store(target, node.value, scope, loops)
                 if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
                         and isinstance(node.value.func, ast.Name):
                     self._top_level_calls.setdefault(target.id, set()).add(node.value.func.id)
-                if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
-                        and node.value.args and isinstance(node.value.args[0], ast.Name):
-                    self._wrapped[target.id] = (_dotted(node.value.func), node.value.args[0].id)
         self._children(node, scope, loops)
 
     def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:
@@ -991,6 +992,16 @@ def _is_own_receiver(receiver: ast.expr, self_name: str | None, facts: _FileFact
     if not isinstance(receiver, ast.Name):
         return False
     return receiver.id == self_name or bool(facts.classes_of(receiver.id) & facts.class_names)
+
+
+def _wrapped_def(value: ast.expr) -> tuple[str | None, str] | None:
+    """`f(train_step, ...)` or `f(model=train_step)`: (f, train_step), as FileModel reads a
+    torch.compile alias."""
+    if not isinstance(value, ast.Call):
+        return None
+    positional = [a for a in value.args if not isinstance(a, ast.Starred)]
+    given = positional[0] if positional else next((k.value for k in value.keywords if k.arg == "model"), None)
+    return (_dotted(value.func), given.id) if isinstance(given, ast.Name) else None
 
 
 def _calls_own(call: ast.Call, name: str, self_name: str | None, facts: _FileFacts) -> bool:

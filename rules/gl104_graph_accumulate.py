@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from gradlint import graph_store_precheck
-from gradlint.file_model import FileModel
+from gradlint.file_model import FileModel, blocks_of
 import libcst as cst
 
 from gradlint.findings import Applicability, Severity
@@ -321,7 +322,7 @@ def train(lstm, optimizer, loader, h, c):
                     if why is not None:
                         reset, every_step = _reset_in_step(
                             walk, event, lambda e: isinstance(e, NameStore) and e.name == event.name
-                            and not e.chained and not e.augmented and event.name not in e.value.reads)
+                            and not e.chained and not e.augmented and event.name not in e.value.reads, event.name)
                         if every_step:
                             continue  # `total = 0.0` on every step: it holds one step's graph at most
                         yield self._hit(event.where.node, event.name, why, event.name, event.where.node,
@@ -333,7 +334,8 @@ def train(lstm, optimizer, loader, h, c):
                     name = f"{event.owner_name}.{event.attribute}"
                     reset, every_step = _reset_in_step(
                         walk, event, lambda e: isinstance(e, AttributeStore) and not e.augmented
-                        and (e.owner_name, e.attribute) == (event.owner_name, event.attribute) and name not in e.value.reads)
+                        and (e.owner_name, e.attribute) == (event.owner_name, event.attribute) and name not in e.value.reads,
+                        name)
                     if every_step:
                         continue
                     yield self._hit(event.node, name, "an attribute", holder_name(walk, name), event.where.node,
@@ -355,23 +357,59 @@ def train(lstm, optimizer, loader, h, c):
             subject=subject, fix=fix)
 
 
-def _reset_in_step(walk, event, is_reset) -> tuple[cst.CSTNode | None, bool]:
-    """A store of a graph-free value into the same target within the same step (the training
-    loop's body, or the step function): `if micro % accum == 0: window = 0.0`; and whether it is
-    made on every step (a statement of the step's own body, not under an `if`)."""
-    step = next((loop.node for loop in reversed(event.where.loops) if loop.is_step_loop), None)
-    body = step.body.body if step is not None else walk.function.body.body \
-        if isinstance(walk.function, cst.FunctionDef) else ()
+def _reset_in_step(walk, event, is_reset, target: str) -> tuple[cst.CSTNode | None, bool]:
+    """A store of a graph-free value into the same target within the same step (the body of the
+    innermost loop around the update, or the step function when it is in no loop): `if micro %
+    accum == 0: window = 0.0`; and whether it is made on every step (a statement of that body, not
+    under an `if`). A reset outside that loop (per epoch) is none, nor is a first-step
+    initialisation (`if total is None:`, `if not hasattr(self, "total"):`)."""
+    inner = event.where.loops[-1].node if event.where.loops else None
+    if inner is None and not isinstance(walk.function, cst.FunctionDef):
+        return None, False
+    body = inner.body.body if inner is not None else walk.function.body.body
     found = None
     for other in walk.events:
         if other is event or not is_reset(other) or other.value.holds_graph() or _reads_target(other):
             continue
-        if step is None or any(loop.node is step for loop in other.where.loops):
-            if any(isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body for s in body) \
-                    and not _may_leave_early(body):
-                return other.where.node, True
-            found = found or other.where.node
+        if inner is not None and not any(loop.node is inner for loop in other.where.loops):
+            continue
+        tests = _tests_around(body, other.where.node)
+        if tests is None or any(_mentions(test, target) for test in tests):
+            continue
+        if not tests and any(isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body for s in body) \
+                and not _may_leave_early(body):
+            return other.where.node, True
+        found = found or other.where.node
     return found, False
+
+
+def _tests_around(statements, node, tests: tuple = ()) -> list | None:
+    """The `if` tests `node` sits under within these statements (None: not in them)."""
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            if node in statement.body:
+                return list(tests)
+        elif isinstance(statement, cst.If):
+            found = _tests_around(statement.body.body, node, (*tests, statement.test))
+            if found is None and statement.orelse is not None:
+                orelse = statement.orelse
+                branch = [orelse] if isinstance(orelse, cst.If) else orelse.body.body
+                found = _tests_around(branch, node, (*tests, statement.test))
+            if found is not None:
+                return found
+        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for block in blocks_of(statement):
+                found = _tests_around(block, node, tests)
+                if found is not None:
+                    return found
+    return None
+
+
+def _mentions(test: cst.CSTNode, target: str) -> bool:
+    """`total is None`, `not hasattr(self, "total")`: a test on the target itself."""
+    attribute = target.rsplit(".", 1)[-1]
+    return bool(re.search(rf"(?<![\w.]){re.escape(target)}\b", code(test))) or any(
+        isinstance(n, cst.SimpleString) and n.evaluated_value == attribute for n in descendants(test))
 
 
 def _reads_target(store) -> bool:

@@ -248,3 +248,65 @@ def test_a_helper_call_that_leaves_the_list_to_its_default_shares_no_store_with_
     # that leaves `buf` to its default appends to the global HISTORY.
     assert [c for c in codes(HELPER_CALLS) if c[1] == "GL103"] == [(mixed, "GL103"), (default, "GL103"),
                                                                     (at, "GL103")]
+
+
+# ----- GL104: what counts as a reset of the total ------------------------------------------------
+
+EPOCH_AND_FIRST_STEP = """
+    import torch
+    TOTAL = None
+    class Trainer:
+        def fit(self, train_dl, epochs, scheduler):
+            for epoch in range(epochs):
+                self.total = 0.0
+                for x, y in train_dl:
+                    self.total = self.total + self.training_step(x, y)
+                scheduler.step()
+        def training_step(self, x, y):
+            loss = self.model(x).sub(y).pow(2).mean()
+            loss.backward()
+            self.opt.step()
+            return loss
+    def step(model, x):
+        global TOTAL
+        loss = model(x).mean()
+        loss.backward()
+        if TOTAL is None:
+            TOTAL = 0.0
+        TOTAL = TOTAL + loss
+"""
+
+
+def test_a_reset_per_epoch_or_on_the_first_step_only_is_no_reset():
+    # Both were taken for "reset on every step" (silent) or "on some steps" (a warning).
+    result = lint_source(textwrap.dedent(EPOCH_AND_FIRST_STEP), "t.py", RuleSet.from_settings(Settings()))
+    found = [(f.code, f.severity.value, "never freed" in f.message) for f in result.findings]
+    assert found == [("GL104", "error", True)] * 2
+
+
+# ----- a torch.compile alias, as the rules and the precheck read it ------------------------------
+
+COMPILED = """
+    import torch
+    def train_step(model, opt, x):
+        loss = model(x).mean()
+        loss.backward()
+        opt.step()
+        return loss
+    def eval_step(model, x):
+        return 0.0
+    by_keyword = torch.compile(model=train_step)
+    rebound = torch.compile(train_step)
+    rebound = eval_step
+    def main(model, opt, loader):
+        history = []
+        for x in loader:
+            history.append(by_keyword(model, opt, x))
+            history.append(rebound(model, x))
+"""
+
+
+def test_a_compiled_alias_by_keyword_counts_and_a_rebound_one_does_not():
+    lines = textwrap.dedent(COMPILED).splitlines()
+    at = next(n for n, text in enumerate(lines, 1) if "by_keyword(model, opt, x)" in text)
+    assert codes(COMPILED) == [(at, "GL103")]
