@@ -73,6 +73,7 @@ class Prescan:
         # saved for backward. A forward input with no such use is not assumed to be a tensor
         # (ctx.group = group in torch.distributed is a process group, not a tensor).
         self.tensor_uses: set[str] = set()
+        self.attribute_uses: set[str] = set()  # read only through `.shape`/`.dtype`/... (see _attribute)
         self.arithmetic: list[tuple[str, str]] = []
         # Names whose items are used as tensors (`edge_index[0].contiguous()`, `src, dst =
         # edge_index` with src used as one): a tensor or a container of tensors, either way tensors.
@@ -167,7 +168,10 @@ class Prescan:
 
     def _attribute(self, node: cst.Attribute) -> None:
         if isinstance(node.value, cst.Name) and node.attr.value in api.TENSOR_ATTRIBUTES:
-            self.tensor_uses.add(node.value.value)
+            # `.shape`, `.dtype`, `.device` ... a NumPy array has too: a tensor as far as GL101
+            # reports, but not enough to rewrite a store into save_for_backward(...)
+            shared = node.attr.value in api.NUMPY_SHARED_ATTRIBUTES
+            (self.attribute_uses if shared else self.tensor_uses).add(node.value.value)
 
     def _binary(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.left, cst.Name) and isinstance(node.right, cst.Name):
@@ -175,8 +179,8 @@ class Prescan:
 
     @cached_property
     def tensor_names(self) -> frozenset[str]:
-        """tensor_uses, plus names in arithmetic with one of them (`x * w`, x.shape read)."""
-        names = set(self.tensor_uses)
+        """tensor_uses and attribute_uses, plus names in arithmetic with one of them (`x * w`)."""
+        names = self.tensor_uses | self.attribute_uses
         changed = True
         while changed:
             changed = False

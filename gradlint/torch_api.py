@@ -168,6 +168,8 @@ TENSOR_FUNCTION_POSITIONS = {
 }
 TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "requires_grad", "grad", "data",
                                "is_cuda", "grad_fn", "ndim"})
+# Of those, what a NumPy 2.x array has too (its dir()); `.device`/`.dtype` also a torch.Generator, configs.
+NUMPY_SHARED_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "data", "ndim"})
 
 _TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
 

@@ -10,7 +10,7 @@ from gradlint.file_model import AutogradFunction, FileModel, bindings_of, leadin
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
-from gradlint.torch_api import ITEM_TENSOR_METHODS, TENSOR_ATTRIBUTES
+from gradlint.torch_api import ITEM_TENSOR_METHODS, NUMPY_SHARED_ATTRIBUTES, TENSOR_ATTRIBUTES
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 from gradlint.values import Kind, Val
@@ -100,8 +100,9 @@ What torch 2.13 does, measured:
 
 Python scalars, shapes, dtypes and bools on ctx are fine and never reported: a forward input
 counts as a tensor only when forward uses it as only a tensor is used (`w.t()`, `x.mm(w)`, saved
-for backward), or backward does so with the attribute (`ctx.w.shape`); `x * slope` alone says
-nothing (a float passes too). An input or intermediate on ctx is a warning (a correctness risk);
+for backward), or backward does so with the attribute (`ctx.w.t()`); `x * slope` alone says
+nothing (a float passes too), nor does `.shape` in backward (a NumPy array has one). An input
+known only through `.shape`/`.dtype`/`.device` is reported but not rewritten by the fix. An input or intermediate on ctx is a warning (a correctness risk);
 the Function's own output or a view of it is an error (a leak).
 
 ## Example
@@ -135,6 +136,22 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # What backward reads as `.shape`, `.device`, `.dtype`: a NumPy array, a generator, a
+        # config have them too.
+        """
+import numpy as np
+import torch
+class Shuffle(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, perm, opts, gen):
+        ctx.perm, ctx.opts, ctx.gen = perm, opts, gen
+        return x[perm]
+    @staticmethod
+    def backward(ctx, grad):
+        inverse = np.argsort(ctx.perm)[: ctx.perm.shape[0]]
+        noise = torch.zeros(1, device=ctx.opts.device, dtype=ctx.opts.dtype, generator=None)
+        return grad[inverse] + noise, None, None, None
+""",
         # A slope only multiplied with a tensor: a float as far as anything shows.
         """
 import torch
@@ -226,6 +243,31 @@ class NotAutograd:
 """,
     )
     INVALID = (
+        # Known only through `.shape` in forward: reported, but the fix would hand a NumPy array
+        # to save_for_backward (a TypeError), so none is offered.
+        Invalid("""
+import torch
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, perm):
+        ctx.n = perm.shape[0]
+        ctx.perm = perm
+        return x[perm]
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[ctx.perm], None
+""", ("ctx.perm = perm",), fixed="""
+import torch
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, perm):
+        ctx.n = perm.shape[0]
+        ctx.perm = perm
+        return x[perm]
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[ctx.perm], None
+"""),
         # Tensors as far as a helper given ctx, or backward, shows: `edge_index.size(1)` there,
         # `ctx.w.t()` here (forward's `x * w` alone would not say).
         Invalid("""
@@ -482,8 +524,10 @@ class Cube(torch.autograd.Function):
                     continue
                 if kind == "output" and _marked(walk, store.value):
                     kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
-                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError
-                fix = _save_instead(function, walk, store) if store.value.kind is Kind.TENSOR else None
+                # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError,
+                # and so would `ctx.perm = perm` for a NumPy perm known only by `perm.shape`
+                fix = _save_instead(function, walk, store) \
+                    if store.value.kind is Kind.TENSOR and not _known_by_shape_only(model, walk, store) else None
                 attr = f"{store.owner_name}.{store.attribute}"
                 if store.attribute == "<dynamic>":
                     attr = f"the attribute `{code(store.node).strip()}` sets"
@@ -516,15 +560,28 @@ class Cube(torch.autograd.Function):
                         "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
 
 
+def _known_by_shape_only(model: FileModel, walk: Walk, store: AttributeStore) -> bool:
+    """`ctx.perm = perm` for a forward input read only as `.shape`/`.dtype`/...: a NumPy array too."""
+    node = store.where.node
+    value = node.value if isinstance(node, cst.Assign) else None
+    if not isinstance(value, cst.Name) or not isinstance(walk.function, cst.FunctionDef):
+        return False
+    scan = model.prescan(walk.function)
+    return value.value in scan.attribute_uses and value.value not in scan.tensor_uses
+
+
+_TENSOR_ONLY_ATTRIBUTES = TENSOR_ATTRIBUTES - NUMPY_SHARED_ATTRIBUTES
+
+
 def _used_as_tensor_in_backward(function: AutogradFunction, attribute: str) -> bool:
-    """backward reads `ctx.<attribute>` as only a tensor is read: `.shape`, `.t()`, `.index_select(...)`
-    (methods a NumPy array or a Python value would not have)."""
+    """backward reads `ctx.<attribute>` as only a tensor is read: `.t()`, `.index_select(...)`,
+    `.requires_grad` (not `.shape` or `.device`: a NumPy array, a generator or a config has them)."""
     backward = function.backward
     ctx = _first_param(backward) if backward is not None else None
     if ctx is None:
         return False
     for node in descendants(backward.body):
-        if isinstance(node, cst.Attribute) and (node.attr.value in TENSOR_ATTRIBUTES or node.attr.value in ITEM_TENSOR_METHODS):
+        if isinstance(node, cst.Attribute) and (node.attr.value in _TENSOR_ONLY_ATTRIBUTES or node.attr.value in ITEM_TENSOR_METHODS):
             inner = node.value
             if isinstance(inner, cst.Attribute) and inner.attr.value == attribute \
                     and isinstance(inner.value, cst.Name) and inner.value.value == ctx:
