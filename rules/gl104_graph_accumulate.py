@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from gradlint import graph_store_precheck
@@ -374,7 +373,7 @@ def _reset_in_step(walk, event, is_reset, target: str) -> tuple[cst.CSTNode | No
         if inner is not None and not any(loop.node is inner for loop in other.where.loops):
             continue
         tests = _tests_around(body, other.where.node)
-        if tests is None or any(_mentions(test, target) for test in tests):
+        if tests is None or any(_initialises(test, target) for test in tests):
             continue
         if not tests and any(isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body for s in body) \
                 and not _may_leave_early(body):
@@ -405,11 +404,26 @@ def _tests_around(statements, node, tests: tuple = ()) -> list | None:
     return None
 
 
-def _mentions(test: cst.CSTNode, target: str) -> bool:
-    """`total is None`, `not hasattr(self, "total")`: a test on the target itself."""
-    attribute = target.rsplit(".", 1)[-1]
-    return bool(re.search(rf"(?<![\w.]){re.escape(target)}\b", code(test))) or any(
-        isinstance(n, cst.SimpleString) and n.evaluated_value == attribute for n in descendants(test))
+def _initialises(test: cst.BaseExpression, target: str) -> bool:
+    """A first-step guard on the target itself: `total is None`, `not hasattr(self, "total")`,
+    `not total` (or one side of an `or` of them). `step % k == 0 and total is not None` and
+    `total.item() > 100` are periodic resets, not guards."""
+    if isinstance(test, cst.BooleanOperation):
+        return isinstance(test.operator, cst.Or) and (_initialises(test.left, target) or _initialises(test.right, target))
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return code(test.expression).strip() == target or _is_hasattr(test.expression, target)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comparison = test.comparisons[0]
+        return code(test.left).strip() == target and isinstance(comparison.operator, (cst.Is, cst.Equal)) \
+            and isinstance(comparison.comparator, cst.Name) and comparison.comparator.value == "None"
+    return _is_hasattr(test, target)
+
+
+def _is_hasattr(expr: cst.BaseExpression, target: str) -> bool:
+    owner, _, attribute = target.rpartition(".")
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "hasattr" \
+        and len(expr.args) == 2 and code(expr.args[0].value).strip() == owner \
+        and isinstance(expr.args[1].value, cst.SimpleString) and expr.args[1].value.evaluated_value == attribute
 
 
 def _reads_target(store) -> bool:

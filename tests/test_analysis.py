@@ -310,3 +310,27 @@ def test_a_compiled_alias_by_keyword_counts_and_a_rebound_one_does_not():
     lines = textwrap.dedent(COMPILED).splitlines()
     at = next(n for n, text in enumerate(lines, 1) if "by_keyword(model, opt, x)" in text)
     assert codes(COMPILED) == [(at, "GL103")]
+
+
+def test_a_reset_on_a_condition_that_reads_the_total_is_still_a_periodic_reset():
+    # `total.item() > 100` and `step % k == 0 and total is not None` read the target but are no
+    # first-step guards: the total is bounded by them (a warning), not chained for ever.
+    source = """
+        import torch
+        def fit(model, loader, opt, k):
+            total = 0.0
+            other = None
+            for step, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                opt.step()
+                total = total + loss
+                if total.item() > 100:
+                    total = 0.0
+                other = loss if other is None else other + loss
+                if step % k == 0 and other is not None:
+                    other = None
+    """
+    result = lint_source(textwrap.dedent(source), "t.py", RuleSet.from_settings(Settings()))
+    assert [(f.code, f.severity.value, "reset only on some steps" in f.message) for f in result.findings] \
+        == [("GL104", "warning", True)] * 2
