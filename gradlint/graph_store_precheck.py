@@ -32,7 +32,7 @@ from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
 from gradlint.file_model import is_module_base
-from gradlint.prechecks import training_header
+from gradlint.prechecks import dotted as _dotted, training_header
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
@@ -1015,14 +1015,3 @@ def _calls_own(call: ast.Call, name: str, self_name: str | None, facts: _FileFac
 
 def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
-
-
-def _dotted(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))

@@ -161,7 +161,7 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
             func = node.func
             if wanted(node):
                 wanted_sites.append(site)
-            if isinstance(func, ast.Attribute) and makes_a_step(func.attr, _dotted(func.value)) \
+            if isinstance(func, ast.Attribute) and makes_a_step(func.attr, dotted(func.value)) \
                     and func.attr != "backward":
                 steps.append(site)
             if isinstance(func, ast.Attribute) and func.attr == "backward":
@@ -208,7 +208,7 @@ def _surely_training_header(loop: ast.For | ast.AsyncFor | ast.While) -> bool:
                for n in ast.walk(_header(loop)))
 
 
-def _dotted(node: ast.expr) -> str | None:
+def dotted(node: ast.expr) -> str | None:
     """As names.dotted does on libcst's tree: `a.b.c`, or None for anything but names."""
     parts = []
     while isinstance(node, ast.Attribute):
