@@ -36,7 +36,7 @@ from gradlint.prechecks import dotted as _dotted, training_header
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
-                                TRAINING_ITERABLE, VIEW_ATTRIBUTES, is_distribution, is_nn_module_class, is_tensor_op,
+                                VIEW_ATTRIBUTES, is_distribution, is_nn_module_class, is_tensor_op,
                                 makes_a_step)
 
 
