@@ -17,7 +17,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.names import code, dotted
-from gradlint.prescan import Prescan, descendants, target_names
+from gradlint.prescan import Prescan, child_nodes, descendants, target_names
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
 
 if TYPE_CHECKING:
@@ -179,28 +179,50 @@ def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
 
 
-def _fresh_names(statements) -> set[str]:
+def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False) -> set[str]:
     """Names every iteration binds anew: assigned unconditionally in the loop body, not from
     their own old value. `total = total + loss` and a periodic reset under an `if` both leave
-    `total` carrying values from one iteration to the next."""
+    `total` carrying values from one iteration to the next; so does a reset that a `continue`
+    before it (or an exception in its `try`) can skip, once the body has read the old value.
+    (`if bad: continue` then `outs = []` still makes `outs` anew before any use.)"""
+    read = set() if read is None else read
     fresh: set[str] = set()
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.Assign):
-                    read = {n.value for n in _names_in(small.value)}
+                    value_reads = {n.value for n in _names_in(small.value)}
                     for target in small.targets:
-                        fresh.update(n for n in target_names(target.target) if n not in read)
+                        fresh.update(n for n in target_names(target.target)
+                                     if n not in value_reads and not (leaving and n in read))
                 elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                    fresh.update(target_names(small.target))
+                    fresh.update(n for n in target_names(small.target) if not (leaving and n in read))
         elif isinstance(statement, cst.With):
-            fresh |= _fresh_names(statement.body.body)
+            fresh |= _fresh_names(statement.body.body, read, leaving)
             for item in statement.items:
                 if item.asname is not None:
                     fresh.update(target_names(item.asname.name))
         elif isinstance(statement, (cst.Try, cst.TryStar)):
-            fresh |= _fresh_names(statement.body.body)
+            fresh |= _fresh_names(statement.body.body, read, leaving=True)
+        read.update(n.value for n in _names_in(statement))
+        leaving = leaving or _may_leave_the_iteration(statement)
     return fresh
+
+
+def _may_leave_the_iteration(statement: cst.CSTNode) -> bool:
+    """A `continue`, `break` or `return` in it that ends this iteration (not one of an inner loop's)."""
+    stack = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Return) or isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, (cst.For, cst.While)):  # its continue/break are its own; a return is not
+            stack.extend(n for n in descendants(node) if isinstance(n, cst.Return))
+            continue
+        stack.extend(child_nodes(node))
+    return False
 
 
 # A helper named for it: `repackage_hidden(h)`, `detach_state(s)`.

@@ -136,6 +136,32 @@ class Stateful:
 """,
     )
     INVALID = (
+        # A reset a `continue` can skip does not run every step.
+        Invalid("""
+import torch
+def fit(model, loader, opt):
+    total = 0.0
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        total = total + loss
+        if x is None:
+            continue
+        total = 0.0
+""", ("total = total + loss",), fixed="""
+import torch
+def fit(model, loader, opt):
+    total = 0.0
+    for x, y in loader:
+        loss = model(x).sub(y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        total = total + loss.item()
+        if x is None:
+            continue
+        total = 0.0
+"""),
         # Reset every few steps: bounded, still every step's graph until the reset (a warning).
         Invalid("""
 import torch
