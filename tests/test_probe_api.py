@@ -361,6 +361,24 @@ def test_the_grad_of_a_kept_leaf_belongs_to_its_holder():
     assert any("the .grad of a tensor it holds" in site for site in holder.created_at)
 
 
+def test_a_list_trimmed_to_its_last_losses_is_clean_with_a_stride():
+    # Its graph stays level (8 nodes) but the last collection, after two tracked steps in a
+    # row, saw 10: a third "new high", read as a growing graph (retained, 0 B/step) at K = 3, 5.
+    w = torch.randn(4, requires_grad=True)
+    recent = []
+
+    def step():
+        loss = (w * torch.randn(4)).sum()
+        loss.backward()
+        recent.append(loss)
+        del recent[:-10]
+
+    for every in (1, 3, 5):
+        recent.clear()
+        report = probe(step, steps=100, track_every=every)
+        assert report.verdict is Verdict.CLEAN, (every, report.reason)
+
+
 def test_a_leak_every_seventh_step_is_not_taken_for_a_filled_buffer_with_a_stride():
     # At one step in 3, the leak lands on a tracked step about every 21 steps: the series is
     # quiet between, which read "stayed level" (clean) once the tracked step moved in its block.
