@@ -128,9 +128,15 @@ def _holder_for_owner(owner, attr: str) -> Holder | None:
 
 def _instance_attribute(owner, attr: str, kind: str) -> Holder:
     cls = type(owner)
-    file, line = _source_line(cls)
     bindings = _global_bindings(owner)
     aliases = [f"{name}.{attr}" for _, name in bindings]
+    if isinstance(owner, types.FunctionType):  # `record.outputs = []` on a def: named by the def
+        subject = f"{owner.__qualname__}.{attr}"
+        code = owner.__code__
+        return Holder("attribute", subject, code.co_filename, code.co_firstlineno,
+                      f"{kind} {attr!r} of the function {owner.__qualname__}",
+                      aliases=[a for a in aliases if a != subject])
+    file, line = _source_line(cls)
     if not file or _is_user_file(file):
         return Holder("attribute", f"{cls.__name__}.{attr}", file, line, f"{kind} {attr!r} of a {cls.__name__}",
                       aliases=aliases)

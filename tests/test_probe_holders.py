@@ -274,3 +274,12 @@ def test_a_global_bound_in_a_tuple_assignment_points_at_its_line():
     report = probe(case("tuple_bound_global"), steps=30)
     (holder,) = report.holders
     assert holder.subject == "pair_kept" and holder.line == case_line("pair_kept, pair_count = [], [0]")
+
+
+def test_lists_kept_as_attributes_of_two_functions_are_two_holders_named_by_the_functions():
+    # Both read "function.outputs", one holder with both leaks, and the second "no growth".
+    holders = by_subject(probe(case("function_attributes"), steps=30))
+    assert set(holders) == {"record_a.outputs", "record_b.outputs"}
+    assert holders["record_a.outputs"].bytes_per_step == pytest.approx(64.0)
+    assert holders["record_b.outputs"].bytes_per_step == pytest.approx(128.0)
+    assert holders["record_a.outputs"].line == case_line("def record_a(t):")

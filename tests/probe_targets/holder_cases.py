@@ -188,3 +188,20 @@ pair_kept, pair_count = [], [0]
 def tuple_bound_global():
     pair_count[0] += 1
     pair_kept.append(torch.randn(16))  # 64 B
+
+
+def record_a(t):
+    record_a.outputs.append(t)
+
+
+def record_b(t):
+    record_b.outputs.append(t)
+
+
+record_a.outputs = []
+record_b.outputs = []
+
+
+def function_attributes():
+    record_a(torch.randn(16))  # 64 B
+    record_b(torch.randn(32))  # 128 B
