@@ -281,9 +281,12 @@ def _ctx_store_line(fn_cls: type, attr: str) -> int:
         except (TypeError, OSError, ValueError, StopIteration):
             continue
         store = re.compile(rf"\b{re.escape(ctx)}\.{re.escape(attr)}\s*(?:=(?!=)|\+=)")
-        found = next((i for i, text in enumerate(lines) if store.search(text.split("#")[0])), None)
-        if found is not None:
-            return start + found
+        # `setattr(ctx, name, value)` with a name made at run time: the line that sets it
+        dynamic = re.compile(rf"\bsetattr\(\s*{re.escape(ctx)}\s*,")
+        for pattern in (store, dynamic):
+            found = next((i for i, text in enumerate(lines) if pattern.search(text.split("#")[0])), None)
+            if found is not None:
+                return start + found
     return 0
 
 

@@ -84,6 +84,9 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
 
     for holder in report.holders:
         hits = match([holder.subject, *holder.aliases], holder.file) if holder.subject else []
+        if not hits and _CTX_ATTRIBUTE.match(holder.subject or ""):
+            # `setattr(ctx, f"cached_{k}", v)`: the rule saw no attribute name, only the call
+            hits = match([_CTX_ATTRIBUTE.sub(r"\1.<dynamic>", holder.subject)], holder.file)
         used.update(hits)
         rows.append(Row(holder.subject or "(unnamed: " + ", ".join(holder.created_at) + ")",
                         holder.bytes_per_step, holder.graph_nodes_per_step, holder.verdict or report.verdict.value,
@@ -106,6 +109,9 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
                         f"{f.code} at {display_path(f.path)}:{f.line}", STATIC_ONLY,
                         _static_only_note(f.code), scenario))
     return rows
+
+
+_CTX_ATTRIBUTE = re.compile(r"^(.+\.ctx)\.[^.]+$")
 
 
 def _static_only_note(code: str) -> str:

@@ -283,3 +283,15 @@ def test_lists_kept_as_attributes_of_two_functions_are_two_holders_named_by_the_
     assert holders["record_a.outputs"].bytes_per_step == pytest.approx(64.0)
     assert holders["record_b.outputs"].bytes_per_step == pytest.approx(128.0)
     assert holders["record_a.outputs"].line == case_line("def record_a(t):")
+
+
+def test_a_ctx_attribute_set_by_a_computed_name_joins_its_static_finding():
+    # GL101 reports `setattr(ctx, "cached_" + "head", ...)` as ctx.<dynamic>: the runtime holder
+    # ctx.cached_head read "a gap in the rules", pointing at forward's def line.
+    report = probe(case("ctx_attribute_named_at_run_time"), steps=30)
+    (holder,) = report.holders
+    assert holder.subject == "NamedAtRunTime.ctx.cached_head"
+    assert holder.line == case_line('setattr(ctx, "cached_" + "head"')
+    rows = cross_check(report, static_findings([str(CASES)]))
+    (row,) = [r for r in rows if r.holder == holder.subject]
+    assert row.agreement == CONFIRMED and row.static.startswith("GL101 at ")

@@ -205,3 +205,22 @@ record_b.outputs = []
 def function_attributes():
     record_a(torch.randn(16))  # 64 B
     record_b(torch.randn(32))  # 128 B
+
+
+class NamedAtRunTime(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x * 2.0
+        setattr(ctx, "cached_" + "head", out[:2])  # a view of the output: never freed
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+run_time_weight = torch.randn(8, 8, requires_grad=True)
+
+
+def ctx_attribute_named_at_run_time():
+    NamedAtRunTime.apply(run_time_weight * 1.0).sum().backward()
