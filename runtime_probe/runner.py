@@ -358,6 +358,12 @@ def _adopt_unreferenced(tracker: LiveStorageTracker, grouped: dict[str, tuple[Ho
             grad = t.grad if t.is_leaf or t.retains_grad else None
             if grad is not None:
                 owner.setdefault(tracker.storage_key(grad), (named[key], "the .grad of a tensor it holds"))
+            # A view kept on ctx holds its base, whose graph no Python object names: what that
+            # graph saves (a leaf made in the step, and its .grad) is the view's holder's too.
+            for root in (t, t._base):
+                if root is not None and root.grad_fn is not None:
+                    for kept in graph.saved_tensors(root, seen):
+                        owner.setdefault(tracker.storage_key(kept), (named[key], "saved in the graph"))
     for subject in unnamed:
         keys = grouped[subject][1]
         for key in (k for k in keys if k in owner):

@@ -295,3 +295,12 @@ def test_a_ctx_attribute_set_by_a_computed_name_joins_its_static_finding():
     rows = cross_check(report, static_findings([str(CASES)]))
     (row,) = [r for r in rows if r.holder == holder.subject]
     assert row.agreement == CONFIRMED and row.static.startswith("GL101 at ")
+
+
+def test_a_leaf_made_in_the_step_and_held_by_a_kept_views_graph_belongs_to_the_views_holder():
+    # The view on ctx holds its base (256 B), whose graph holds the leaf (256 B) and its .grad
+    # (256 B): the last two were "(unnamed)" rows, a gap in the rules.
+    report = probe(case("ctx_view_of_a_leaf_made_in_the_step"), steps=30, track_every=1)
+    (holder,) = report.holders
+    assert holder.subject == "NamedAtRunTime.ctx.cached_head"
+    assert holder.bytes_per_step == pytest.approx(768.0)

@@ -224,3 +224,7 @@ run_time_weight = torch.randn(8, 8, requires_grad=True)
 
 def ctx_attribute_named_at_run_time():
     NamedAtRunTime.apply(run_time_weight * 1.0).sum().backward()
+
+
+def ctx_view_of_a_leaf_made_in_the_step():
+    NamedAtRunTime.apply(torch.randn(8, 8, requires_grad=True)).sum().backward()
