@@ -32,7 +32,9 @@ it first (`hidden = hidden.detach()` before the call) or last (`hidden = repacka
 backward): then each step reads a graph-free state. A total reset on some steps of the same
 step (`if micro % accum == 0: window = 0.0`, in the training loop's body or the step function) is
 a warning: it holds every step's graph until the reset. A reset made on every step (a statement of
-the step itself, not under an `if`) leaves one step's graph at most: not reported.
+the step itself, not under an `if`, that no `continue` can skip) leaves one step's graph at most:
+not reported. A reset per epoch (outside the loop around the update) or a first-step
+initialisation (`if total is None:`, `if not hasattr(self, "total"):`) is none: still an error.
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
