@@ -205,11 +205,11 @@ def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False
         elif isinstance(statement, (cst.Try, cst.TryStar)):
             fresh |= _fresh_names(statement.body.body, read, leaving=True)
         read.update(n.value for n in _names_in(statement))
-        leaving = leaving or _may_leave_the_iteration(statement)
+        leaving = leaving or may_leave_the_iteration(statement)
     return fresh
 
 
-def _may_leave_the_iteration(statement: cst.CSTNode) -> bool:
+def may_leave_the_iteration(statement: cst.CSTNode) -> bool:
     """A `continue`, `break` or `return` in it that ends this iteration (not one of an inner loop's)."""
     stack = [statement]
     while stack:

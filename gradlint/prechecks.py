@@ -50,7 +50,7 @@ def has_autograd_function(tree: ast.Module) -> bool:
     """A class with a base named like a Function (or any base, with forward and backward), or a
     register_autograd call."""
     aliases = {"Function"} | {
-        alias.asname for node in _top_level(tree) if isinstance(node, ast.ImportFrom)
+        alias.asname for node in _top_level_statements(tree) if isinstance(node, ast.ImportFrom)
         for alias in node.names if alias.asname and "Function" in alias.name}
     for cls in _classes(tree):
         bases = [_base_text(b) for b in cls.bases]
@@ -85,17 +85,6 @@ def _blocks(node: ast.stmt) -> list[ast.stmt]:
     for case in getattr(node, "cases", ()):
         inner.extend(case.body)
     return inner
-
-
-def _top_level(tree: ast.Module) -> Iterator[ast.stmt]:
-    """Module-level statements, looking inside if/try blocks (import guards)."""
-    stack: list = list(tree.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.If, ast.Try)):
-            stack.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
-        else:
-            yield node
 
 
 def stores_on_self_in(tree: ast.Module, method: str) -> bool:

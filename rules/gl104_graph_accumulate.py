@@ -7,9 +7,9 @@ from gradlint.file_model import FileModel, blocks_of
 import libcst as cst
 
 from gradlint.findings import Applicability, Severity
-from gradlint.flow import AttributeStore, NameStore
+from gradlint.flow import AttributeStore, NameStore, may_leave_the_iteration
 from gradlint.lifetimes import holder_name, outlives_step
-from gradlint.prescan import child_nodes, descendants
+from gradlint.prescan import descendants
 from gradlint.rewrites import code, is_display, kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
@@ -404,7 +404,7 @@ def _reset_in_step(walk, event, is_reset, target: str) -> tuple[cst.CSTNode | No
         if tests is None or any(_initialises(test, target) for test in tests):
             continue
         if not tests and any(isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body for s in body) \
-                and not _may_leave_early(body):
+                and not any(may_leave_the_iteration(s) for s in body):
             return other.where.node, True
         found = found or other.where.node
     return found, False
@@ -463,18 +463,6 @@ def _reads_target(store) -> bool:
     head = target.split(".")[0].split("[")[0]
     names = {n.value for n in descendants(node.value) if isinstance(n, cst.Name)}
     return head in names and (target == head or target in code(node.value))
-
-
-def _may_leave_early(body) -> bool:
-    """A `continue`, `break` or `return` in the step may skip a reset made later in it."""
-    stack = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.Continue, cst.Break, cst.Return)):
-            return True
-        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(child_nodes(node))
-    return False
 
 
 def _add_detached(statement: cst.CSTNode, holder: str, scope: cst.CSTNode) -> FixPlan | None:
