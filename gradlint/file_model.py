@@ -14,9 +14,10 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
+from gradlint.annotations import annotated_value
 from gradlint.flow import (_SCALAR_LIKE, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
                            looks_like_module)
-from gradlint.call_sites import CallSite, collect_call_sites
+from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.names import ImportTable, dotted
@@ -44,6 +45,14 @@ class AutogradFunction:
         params = self.forward.params
         if not isinstance(params.star_arg, cst.MaybeSentinel) or params.star_kwarg is not None:
             return None
+        return self.forward_parameters()
+
+    def forward_parameters(self) -> list[cst.Param]:
+        """forward's named parameters after ctx (and a @classmethod's cls), in order; a `*args`
+        takes the rest."""
+        if self.forward is None:
+            return []
+        params = self.forward.params
         listed = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
         listed = listed[leading_params(self.forward):]  # a @classmethod's cls
         return listed[1:] if self.style == "ctx" else listed
@@ -333,6 +342,32 @@ class FileModel:
             return func.value.value
         return None
 
+    def apply_calls(self, name: str) -> list[cst.Call]:
+        """The calls of Function `name`'s apply in this file: `Name.apply(...)`, and calls of a
+        name bound to it anywhere in the file (`scatter_sum = ScatterSum.apply`)."""
+        return self._apply_calls.get(name, [])
+
+    @cached_property
+    def _apply_calls(self) -> dict[str, list[cst.Call]]:
+        classes = self._function_class_defs
+        aliases: dict[str, str] = {}
+        for node in _assignments(self.module):
+            value = node.value
+            if isinstance(value, cst.Attribute) and value.attr.value == "apply" and isinstance(value.value, cst.Name) \
+                    and value.value.value in classes:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        aliases[target.target.value] = value.value.value
+        found: dict[str, list[cst.Call]] = {}
+        for site in self.call_sites:
+            func = site.call.func
+            name = self.function_class_call(site.call, "apply")
+            if name is None and isinstance(func, cst.Name):
+                name = aliases.get(func.value)
+            if name is not None:
+                found.setdefault(name, []).append(site.call)
+        return found
+
     @cached_property
     def _function_class_defs(self) -> set[str]:
         """Function subclasses (custom ops are functions, with no .forward/.apply of their own)."""
@@ -390,6 +425,19 @@ class FileModel:
     def call_sites(self) -> list[CallSite]:
         return collect_call_sites(self.module)
 
+    def in_training_step(self, site: CallSite) -> bool:
+        """Whether a call runs once per training step (call_sites.in_training_step), or runs in the
+        forward or backward of an autograd Function or an nn.Module's forward, which every step
+        runs (outside loops of their own)."""
+        return in_training_step(site, self.call_sites) or (
+            not site.loops and site.function is not None and id(site.function) in self._per_step_methods)
+
+    @cached_property
+    def _per_step_methods(self) -> set[int]:
+        found = {id(m) for f in self.function_classes for m in (f.forward, f.backward) if m is not None}
+        found |= {id(m.methods["forward"]) for m in self.module_classes if "forward" in m.methods}
+        return found
+
     # ----- what names at module level hold ----------------------------------------------------
 
     def global_value(self, name: str) -> Val:
@@ -432,8 +480,8 @@ class FileModel:
             walk = Walk(self, target, FunctionRole("forward", ctx_name=ctx, owner_class=function.name))
             walker = Walker(walk, target)
             bound = {ctx: Val(Kind.CTX)}
-            for param in target.params.params[skip + 1:]:
-                bound[param.name.value] = self.input_value(param, walker.scan)
+            for position, param in enumerate(target.params.params[skip + 1:]):
+                bound[param.name.value] = self._pinned(function, position, self.input_value(param, walker.scan))
             walker.bind_params(bound)
             walker.run()
             for event in walk.of(ReturnValue):
@@ -448,7 +496,8 @@ class FileModel:
         walk = Walk(self, setup, FunctionRole("setup_context", ctx_name=ctx, owner_class=function.name))
         walker = Walker(walk, setup)
         forward_inputs = function.forward_inputs or []
-        input_values = tuple(self.input_value(p, self.prescan(function.forward)) for p in forward_inputs)
+        input_values = tuple(self._pinned(function, i, self.input_value(p, self.prescan(function.forward)))
+                             for i, p in enumerate(forward_inputs))
         output_value = self.output_value(function)
         walk.output_bindings.update(bindings_of(output_value))
         walker.bind_params({
@@ -460,11 +509,60 @@ class FileModel:
         return walk
 
     def input_value(self, param: cst.Param, scan: Prescan) -> Val:
-        """A forward input: a tensor unless the code shows it is a Python scalar."""
+        """A forward input: a tensor unless the code shows it is a Python scalar; an int64 one
+        when forward checks it is (`assert idx.dtype == torch.long`)."""
+        value = self._input_value(param, scan)
+        if param.name.value in scan.int64_pins and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
+            return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
+        return value
+
+    def _pinned(self, function: AutogradFunction, position: int, value: Val) -> Val:
+        if value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not value.int64 and self.pinned_by_callers(function, position):
+            return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
+        return value
+
+    def pinned_by_callers(self, function: AutogradFunction, position: int) -> bool:
+        """Whether every call of the Function's apply in this file passes, at `position`, an int64
+        tensor for certain: made by `.long()`, `.to(torch.int64)`, `dtype=torch.long`, or a name its
+        caller checks is int64 (`KORNIA_CHECK(target.dtype == torch.int64)`)."""
+        calls = self.apply_calls(function.name)
+        if not calls:
+            return False
+        around = {id(site.call): site.function for site in self.call_sites}
+        for call in calls:
+            args = [a for a in call.args if a.keyword is None]
+            if any(a.star for a in call.args) or position >= len(args):
+                return False
+            value = args[position].value
+            caller = around.get(id(call))
+            pinned = isinstance(value, cst.Name) and caller is not None \
+                and value.value in self.prescan(caller).int64_pins
+            if not (pinned or self._makes_int64(value)):
+                return False
+        return True
+
+    def _makes_int64(self, expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, cst.Call):
+            return False
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "long" and not expr.args:
+            return True
+        for arg in expr.args:
+            if arg.keyword is None and not (isinstance(func, cst.Attribute) and func.attr.value == "to"):
+                continue
+            if arg.keyword is not None and arg.keyword.value != "dtype":
+                continue
+            name = self.imports.qualify(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+            if name in api.INT64_DTYPES:
+                return True
+        return False
+
+    def _input_value(self, param: cst.Param, scan: Prescan) -> Val:
         name = param.name.value
         if param.annotation is not None:
-            text = self.module.code_for_node(param.annotation.annotation)
-            return Val(Kind.TENSOR, is_input=True) if "Tensor" in text else SCALAR
+            declared = annotated_value(param.annotation.annotation, self.imports)
+            if declared.kind is not Kind.UNKNOWN:
+                return declared.with_(is_input=True) if declared.kind in (Kind.TENSOR, Kind.CONTAINER) else declared
         if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
             return SCALAR
         if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
@@ -687,8 +785,9 @@ class FileModel:
             if id(function) in autograd_methods:
                 continue
             role = self._role(function, owner)
-            if not self.prescan(function).stores and not self._calls_a_storing_def(function):
-                continue  # nothing in it can keep a value past its statement
+            scan = self.prescan(function)
+            if not scan.stores and not scan.applies and not self._calls_a_storing_def(function):
+                continue  # nothing in it can keep a value past its statement, nor calls an apply
             closure: set[str] = set()
             while parent is not None:
                 scan = self.prescan(parent)
@@ -828,16 +927,51 @@ def blocks_of(statement: cst.CSTNode) -> Iterator:
 
 
 def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
-    """The function's own return statements (nested functions excluded)."""
+    """The function's own return statements that can run (nested functions excluded, and any
+    statement after a return, raise, continue or break of its own block: dead code)."""
     def statements(block) -> Iterator[cst.Return]:
         for statement in block:
             if isinstance(statement, cst.SimpleStatementLine):
-                yield from (s for s in statement.body if isinstance(s, cst.Return))
+                for small in statement.body:
+                    if isinstance(small, cst.Return):
+                        yield small
+                    if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+                        return
             elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 for inner in blocks_of(statement):
                     yield from statements(inner)
 
     return statements(function.body.body)
+
+
+def has_return(function: cst.FunctionDef) -> bool:
+    """Whether the function has a `return` statement of its own anywhere (reachable or not)."""
+    def statements(block) -> bool:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine):
+                if any(isinstance(s, cst.Return) for s in statement.body):
+                    return True
+            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                if any(statements(inner) for inner in blocks_of(statement)):
+                    return True
+        return False
+
+    return statements(function.body.body)
+
+
+def _assignments(module: cst.Module) -> Iterator[cst.Assign]:
+    """Every `a = b` statement in the file, at any depth."""
+    def statements(block) -> Iterator[cst.Assign]:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine):
+                yield from (s for s in statement.body if isinstance(s, cst.Assign))
+            elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                yield from statements(statement.body.body)
+            else:
+                for inner in blocks_of(statement):
+                    yield from statements(inner)
+
+    return statements(module.body)
 
 
 def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:

@@ -9,6 +9,7 @@ body is walked once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator
@@ -16,9 +17,10 @@ from typing import TYPE_CHECKING, Iterator
 import libcst as cst
 
 from gradlint import torch_api as api
+from gradlint.annotations import isinstance_test, narrowed
 from gradlint.names import code, dotted
 from gradlint.prescan import Prescan, child_nodes, descendants, target_names
-from gradlint.values import SCALAR, UNKNOWN, Kind, Val, combine, merge, new_binding, tensor, view
+from gradlint.values import NONE, SCALAR, UNKNOWN, Kind, Val, combine, either, merge, new_binding, tensor, view
 
 if TYPE_CHECKING:
     from gradlint.file_model import FileModel
@@ -128,7 +130,17 @@ class ReturnValue:
     value: Val
 
 
-Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | MarkedNonDifferentiable | ReturnValue
+@dataclass(frozen=True)
+class FunctionApplied:
+    """`MyFn.apply(a, [b, c])` for an autograd Function class of this file: what each argument is."""
+    where: Where
+    call: cst.Call
+    function_name: str
+    arguments: tuple[tuple[cst.Arg, Val], ...]
+
+
+Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | MarkedNonDifferentiable | ReturnValue \
+    | FunctionApplied
 
 
 @dataclass
@@ -209,6 +221,21 @@ def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False
     return fresh
 
 
+def _join(before: dict[str, Val], body: dict[str, Val], orelse: dict[str, Val]) -> dict[str, Val]:
+    """What names hold after an `if`: what a branch bound (the else branch's when both did, as
+    if walked one after the other), except that a tensor on one path and None on the other is a
+    tensor or None (`x = t` / `x = None`): save_for_backward takes None too."""
+    joined = dict(orelse)
+    for name, value in body.items():
+        other = orelse.get(name)
+        old = before.get(name)
+        if other is None or other is old:
+            joined[name] = value
+        elif value is not old and value is not other:
+            joined[name] = either(value, other)
+    return joined
+
+
 def may_leave_the_iteration(statement: cst.CSTNode) -> bool:
     """A `continue`, `break` or `return` in it that ends this iteration (not one of an inner loop's)."""
     stack = [statement]
@@ -224,6 +251,8 @@ def may_leave_the_iteration(statement: cst.CSTNode) -> bool:
         stack.extend(child_nodes(node))
     return False
 
+
+_BOOL_COMPARISONS = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 
 # A helper named for it: `repackage_hidden(h)`, `detach_state(s)`.
 _DETACHING_NAME = re.compile(r"detach|repackage", re.IGNORECASE)
@@ -271,6 +300,8 @@ class _Iteration:
     clean_at_end: dict[str, bool] = field(default_factory=dict)
     clean_since: dict[str, int] = field(default_factory=dict)
     exits: list[int] = field(default_factory=list)  # event counts at each continue/break/return
+    # The branches open in this pass, innermost last, with the names each has bound so far.
+    branches: list[set[str]] = field(default_factory=list)
 
 
 class Walker:
@@ -329,14 +360,22 @@ class Walker:
                 self._small(small)
         elif isinstance(node, cst.If):
             self.ev(node.test)
-            self._conditional(node.body.body)
+            test = isinstance_test(node.test)
+            before = dict(self.env)
+            with self._narrowing(test, True):
+                in_body = self._conditional(node.body.body)
+            after_body, self.env = self.env, dict(before)  # the else branch does not see the body's bindings
             orelse = node.orelse
-            if isinstance(orelse, cst.If):
-                self._condition_depth += 1
-                self._statement(orelse)
-                self._condition_depth -= 1
-            elif orelse is not None:
-                self._conditional(orelse.body.body)
+            in_orelse: set[str] = set()
+            with self._narrowing(test, False):
+                if isinstance(orelse, cst.If):
+                    in_orelse = self._conditional([orelse])
+                elif orelse is not None:
+                    in_orelse = self._conditional(orelse.body.body)
+            self.env = _join(before, after_body, self.env)
+            if orelse is not None:
+                # bound on both paths: after the `if`, a name read in this pass reads this pass's value
+                self._bound_here(in_body & in_orelse)
         elif isinstance(node, (cst.For, cst.While)):
             self._loop(node)
         elif isinstance(node, cst.With):
@@ -383,10 +422,44 @@ class Walker:
                 if isinstance(child, cst.BaseExpression):
                     self.ev(child)
 
-    def _conditional(self, statements) -> None:
+    @contextlib.contextmanager
+    def _narrowing(self, test: tuple[str, cst.BaseExpression, bool] | None, branch: bool):
+        """Inside `if isinstance(k, int):` k is an int; after the `if`, what it was (unless the
+        branch rebound it)."""
+        name = test[0] if test is not None else None
+        before = self.env.get(name) if name is not None else None
+        inside = narrowed(before, test[1], test[2] == branch, self.model.imports) \
+            if test is not None and before is not None else None
+        if inside is None:
+            yield
+            return
+        self.env[name] = inside
+        try:
+            yield
+        finally:
+            if self.env.get(name) is inside:
+                self.env[name] = before
+
+    def _conditional(self, statements) -> set[str]:
+        """Walk a block that may not run (a branch, a handler, a case); returns the names it binds
+        on its every path. Within it, a name it has bound reads the branch's value: `else: hidden =
+        detach(hidden); out, hidden = model(x, hidden)` chains no step onto the next."""
+        this_pass = self._passes[-1]
+        this_pass.branches.append(set())
         self._condition_depth += 1
-        self._block(statements)
-        self._condition_depth -= 1
+        try:
+            self._block(statements)
+        finally:
+            self._condition_depth -= 1
+            bound = this_pass.branches.pop()
+        return bound
+
+    def _bound_here(self, names: set[str]) -> None:
+        this_pass = self._passes[-1]
+        if this_pass.branches:
+            this_pass.branches[-1] |= names
+        elif self._condition_depth == this_pass.depth:
+            this_pass.fresh |= names
 
     def _loop(self, node: cst.For | cst.While) -> None:
         loop = _loop_info(node, self.scan)
@@ -416,8 +489,11 @@ class Walker:
             # An unknown function's result may still hold the graph (`carry_over(hidden)`).
             this_pass.clean_at_end[name] = not graph and value.kind is not Kind.UNKNOWN
             this_pass.clean_since[name] = len(self.walk.events)
-        elif graph:
-            this_pass.clean_at_end[name] = False
+        else:
+            if this_pass.branches:
+                this_pass.branches[-1].add(name)
+            if graph:
+                this_pass.clean_at_end[name] = False
         if graph:  # an inner loop or branch may run: the outer passes may end holding it
             for outer in self._passes[:-1]:
                 outer.clean_at_end[name] = False
@@ -425,7 +501,8 @@ class Walker:
     def _read(self, name: str, value: Val) -> Val:
         """What reading `name` gives: a value bound earlier in this pass chains nothing by its
         name, only by what it was computed from."""
-        if name in self._passes[-1].fresh:
+        this_pass = self._passes[-1]
+        if name in this_pass.fresh or any(name in branch for branch in this_pass.branches):
             return value
         return value.with_(reads=value.reads | {name})
 
@@ -655,6 +732,9 @@ class Walker:
             return merge(self.ev(e.left), self.ev(e.right))
         if isinstance(e, cst.Comparison):
             operands = [self.ev(e.left)] + [self.ev(c.comparator) for c in e.comparisons]
+            # `bias is not None`, `k in cache`: a Python bool whatever the operands are.
+            if any(isinstance(c.operator, _BOOL_COMPARISONS) for c in e.comparisons):
+                return SCALAR
             if any(o.is_tensor for o in operands):
                 return tensor(*operands, keep_graph=False)
             return SCALAR
@@ -699,7 +779,9 @@ class Walker:
         return Val(Kind.CONTAINER, item=item)
 
     def _name(self, name: str) -> Val:
-        if name in ("True", "False", "None"):
+        if name == "None":
+            return NONE
+        if name in ("True", "False"):
             return SCALAR
         value = self.env.get(name) or self.enclosing.get(name)
         if value is None:
@@ -895,7 +977,13 @@ class Walker:
         if method == "apply" and receiver.kind is Kind.UNKNOWN:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:
+                self.walk.events.append(FunctionApplied(self._where(e), e, owner, tuple(args)))
                 return tensor(*positional)
+        if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(method, bool(args)) \
+                and not self._imported(e.func.value):
+            # `w.t()`, `x.contiguous()`: only a tensor has the method, so it is one, and so is the
+            # result (`math.sqrt(d)` is a module's function, not a tensor's method)
+            receiver = receiver.with_(kind=Kind.TENSOR)
         if not receiver.is_tensor:
             if method in ("item", "tolist", "numpy", "size", "dim", "numel"):
                 return SCALAR
@@ -925,8 +1013,13 @@ class Walker:
         if method in api.SPLITTING_METHODS:
             return Val(Kind.CONTAINER, item=view(receiver))
         if method in api.VIEW_METHODS and not (method == "to" and int64 != receiver.int64):
-            return view(receiver, int64=int64)
+            return view(receiver, may_copy=method in api.MAYBE_COPY_METHODS, int64=int64)
         return tensor(receiver, *positional, *(v for _, v in keywords.values()), int64=int64)
+
+    def _imported(self, expr: cst.BaseExpression) -> bool:
+        """`math`, `np.linalg`, `torch.ops.mylib`: a name the file's imports bind, or an attribute of one."""
+        name = dotted(expr)
+        return name is not None and name.split(".")[0] in self.model.imports.aliases
 
     def _index_pair(self, values: Val) -> Val:
         return Val(Kind.CONTAINER, elements=(values.with_(int64=False), Val(Kind.TENSOR, int64=True)),

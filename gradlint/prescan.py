@@ -78,7 +78,7 @@ class Prescan:
         # Names whose items are used as tensors (`edge_index[0].contiguous()`, `src, dst =
         # edge_index` with src used as one): a tensor or a container of tensors, either way tensors.
         self.item_uses: set[str] = set()
-        self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`
+        self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`, `for a in source`
         # `return out`: in an autograd forward, the one value returned is the output tensor.
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
@@ -91,6 +91,10 @@ class Prescan:
         self.deletes = False
         self.calls_backward = False
         self.called_names: set[str] = set()  # functions and methods called, by their last name
+        self.applies = False  # calls some `X.apply(...)` (GL206 asks the walk what it passes)
+        # Names checked to be int64 where a wrong dtype stops the code: `assert idx.dtype ==
+        # torch.long`, `check(t.dtype == torch.int64, ...)`, `if t.dtype != torch.long: raise`.
+        self.int64_pins: set[str] = set()
         self.hook_registrations: list[cst.Call] = []  # `layer.register_forward_hook(hook)`
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
@@ -136,6 +140,12 @@ class Prescan:
 
     def _for(self, node: cst.For) -> None:
         self.assigned.update(target_names(node.target))
+        if isinstance(node.iter, cst.Name):  # `for w in weights`: w a tensor, weights holds tensors
+            self.unpacked.extend((name, node.iter.value) for name in target_names(node.target))
+
+    def _comp_for(self, node: cst.CompFor) -> None:
+        if isinstance(node.iter, cst.Name):
+            self.unpacked.extend((name, node.iter.value) for name in target_names(node.target))
 
     def _with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None:
@@ -157,6 +167,13 @@ class Prescan:
     def _if(self, node: cst.If) -> None:
         if isinstance(node.test, cst.Name):
             self.scalar_uses.add(node.test.value)
+        raises = any(isinstance(small, cst.Raise) for line in node.body.body
+                     if isinstance(line, cst.SimpleStatementLine) for small in line.body)
+        if raises:
+            self.int64_pins |= _int64_tested(node.test, equal=False)
+
+    def _assert(self, node: cst.Assert) -> None:
+        self.int64_pins |= _int64_tested(node.test, equal=True)
 
     def _unary(self, node: cst.UnaryOperation) -> None:
         if isinstance(node.operator, cst.Not) and isinstance(node.expression, cst.Name):
@@ -216,20 +233,23 @@ class Prescan:
                 self.stores = True
             if method == "backward":
                 self.calls_backward = True
+            elif method == "apply":
+                self.applies = True
             elif method in api.FORWARD_HOOK_REGISTRATIONS:
                 self.hook_registrations.append(node)
             receiver = func.value.value if isinstance(func.value, cst.Name) else None
             # `edge_index[0].contiguous()`: a tensor, or a container of tensors; either way what
             # is kept of it (on ctx) is tensors.
             indexed = _indexed_name(func.value)
-            if indexed is not None and indexed not in self.imported and method in api.ITEM_TENSOR_METHODS:
+            proof = api.proves_a_tensor(method, bool(node.args)) or (method == "to" and self._integer_dtype(node))
+            if indexed is not None and indexed not in self.imported and proof:
                 self.item_uses.add(indexed)
             if receiver is not None and method in api.MODULE_ONLY_METHODS:
                 self.module_uses.add(receiver)
             if receiver is not None and method == "requires_grad_" and _is_false_argument(node):
                 self.frozen.add(receiver)
             if receiver not in self.imported:
-                if receiver is not None and method in api.TENSOR_ONLY_METHODS:
+                if receiver is not None and proof:
                     self.tensor_uses.add(receiver)
                 if method in api.TENSOR_ARGUMENT_POSITIONS:
                     self._tensor_args(node, api.TENSOR_ARGUMENT_POSITIONS[method])
@@ -245,6 +265,9 @@ class Prescan:
             if method in api.SHAPE_TAKING_METHODS:
                 # torch.softmax(scores, dim): the function form takes the tensor first
                 self._scalar_args(node, skip=1 if torch_function else 0)
+        for arg in node.args:  # KORNIA_CHECK(t.dtype == torch.int64, ...), torch._check(...)
+            if isinstance(arg.value, cst.Comparison):
+                self.int64_pins |= _int64_tested(arg.value, equal=True)
         name = dotted(func)
         if name == "setattr":
             self.stores = True
@@ -257,6 +280,12 @@ class Prescan:
             kw = arg.keyword.value if arg.keyword else None
             if kw in ("dim", "k", "dim_size", "num_segments", "size", "axis", "eps") and isinstance(arg.value, cst.Name):
                 self.scalar_uses.add(arg.value.value)
+
+    @staticmethod
+    def _integer_dtype(node: cst.Call) -> bool:
+        """`.to(torch.int64)`: an nn.Module's `.to` refuses integer dtypes, so this is a tensor's."""
+        return any((dotted(a.value) or "").rsplit(".", 1)[-1] in api.INTEGER_DTYPE_NAMES
+                   and (dotted(a.value) or "").startswith(("torch.", "th.")) for a in node.args)
 
     def _tensor_args(self, node: cst.Call, positions: tuple[int, ...] | None) -> None:
         """The names passed at `positions` (all, for None) are used as tensors."""
@@ -283,11 +312,13 @@ _NOTES = {
     cst.AugAssign: Prescan._aug_assign,
     cst.AnnAssign: Prescan._ann_assign,
     cst.For: Prescan._for,
+    cst.CompFor: Prescan._comp_for,
     cst.WithItem: Prescan._with_item,
     cst.NamedExpr: Prescan._named_expr,
     cst.Global: Prescan._global,
     cst.Nonlocal: Prescan._nonlocal,
     cst.If: Prescan._if,
+    cst.Assert: Prescan._assert,
     cst.UnaryOperation: Prescan._unary,
     cst.Subscript: Prescan._subscript,
     cst.Attribute: Prescan._attribute,
@@ -295,6 +326,23 @@ _NOTES = {
     cst.Return: Prescan._return,
     cst.Del: Prescan._del,
 }
+
+
+def _int64_tested(test: cst.BaseExpression, equal: bool) -> set[str]:
+    """`t.dtype == torch.int64` (equal) or `t.dtype != torch.long` (not equal) -> {"t"}."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return set()
+    left, right = test.left, test.comparisons[0].comparator
+    operator = test.comparisons[0].operator
+    wanted = (cst.Equal, cst.Is) if equal else (cst.NotEqual, cst.IsNot)
+    if not isinstance(operator, wanted):
+        return set()
+    for subject, dtype in ((left, right), (right, left)):
+        name = dotted(dtype) or ""
+        if isinstance(subject, cst.Attribute) and subject.attr.value == "dtype" and isinstance(subject.value, cst.Name) \
+                and name.startswith(("torch.", "th.")) and name.rsplit(".", 1)[-1] in ("int64", "long"):
+            return {subject.value.value}
+    return set()
 
 
 def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

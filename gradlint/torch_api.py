@@ -59,6 +59,10 @@ VIEW_METHODS = frozenset({
     "as_strided", "movedim", "swapaxes", "swapdims", "unfold", "contiguous", "to", "cuda", "cpu",
     "type_as", "requires_grad_",
 })
+# Of VIEW_METHODS, those that return a copy (or the tensor itself) depending on layout or dtype.
+MAYBE_COPY_METHODS = frozenset({
+    "reshape", "reshape_as", "flatten", "contiguous", "to", "cuda", "cpu", "type_as", "requires_grad_",
+})
 SPLITTING_METHODS = frozenset({"chunk", "split", "unbind", "tensor_split", "split_with_sizes"})
 # (values, indices) named tuples. max/min/median/mode return one only when given a dim.
 INDEX_PAIR_METHODS = frozenset({"topk", "sort", "kthvalue", "mode", "cummax", "cummin"})
@@ -66,6 +70,7 @@ INDEX_PAIR_WITH_DIM = frozenset({"max", "min", "median", "nanmedian"})
 INT64_METHODS = frozenset({"long", "argsort", "argmax", "argmin", "nonzero"})
 NOT_INT64_METHODS = frozenset({"int", "float", "double", "half", "bfloat16", "bool", "short", "byte", "char"})
 INT64_DTYPES = frozenset({"torch.long", "torch.int64", "torch.LongTensor"})
+INTEGER_DTYPE_NAMES = frozenset({"long", "int64", "int", "int32", "int16", "short", "int8", "uint8", "bool"})
 DTYPE_NAMES = frozenset({
     "float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int32", "int16",
     "short", "int8", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble", "long", "int64",
@@ -117,7 +122,8 @@ SCALAR_BUILTINS = frozenset({
     "range", "print", "issubclass", "type", "hash", "format", "divmod", "round",
 })
 
-# Methods that (in autograd code) only tensors have: a name used as their receiver is a tensor.
+# Tensor methods autograd code calls (what a tensor is used for); TENSOR_PROOF_METHODS, below, are
+# those that prove a receiver is a tensor.
 TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | INT64_METHODS | frozenset({
     "size", "dim", "numel", "item", "element_size", "stride", "is_contiguous", "data_ptr",
     "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "index_select", "gather",
@@ -130,14 +136,25 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     # not `add`: a set has one
     "mul", "sub", "div", "clamp_", "addmm", "lerp", "masked_select",
 })
-# Evidence from an item (`edge_index[0].contiguous()`): the container could hold anything, so only
-# methods no NumPy array, str, bytes, list, dict, set, tuple or nn.Module has (computed from their
-# dir() on torch 2.13 and NumPy 2.x): not sum/view/reshape/argsort/split, nor to/cuda/float.
-ITEM_TENSOR_METHODS = TENSOR_ONLY_METHODS - frozenset({
-    "argmax", "argmin", "argsort", "cpu", "cuda", "cumsum", "diagonal", "double", "flatten", "float", "half",
-    "item", "mean", "nonzero", "requires_grad_", "reshape", "size", "sort", "split", "squeeze", "sum",
-    "swapaxes", "to", "trace", "transpose", "view",
+# What else has these methods: NumPy arrays, str, bytes, list, dict, set, tuple, nn.Module,
+# torch.Size, torch.Generator, torch.futures.Future, and torch.distributed's ProcessGroup and Work
+# (a process group has `.size()`, a config or a C++ struct may have anything). Computed from their
+# dir() on torch 2.13 and NumPy 2.x (tests/test_torch_api.py recomputes it).
+SHARED_WITH_NON_TENSORS = frozenset({
+    "argmax", "argmin", "argsort", "cpu", "cuda", "cumsum", "diagonal", "double", "flatten", "float",
+    "gather", "half", "item", "mean", "nonzero", "numel", "requires_grad_", "reshape", "scatter", "size",
+    "sort", "split", "squeeze", "sum", "swapaxes", "to", "trace", "transpose", "view",
 })
+# A name used as the receiver of one of these is a tensor (or, for `name[0].contiguous()`, holds
+# tensors): no other kind of object a Function is given has them.
+TENSOR_PROOF_METHODS = TENSOR_ONLY_METHODS - SHARED_WITH_NON_TENSORS
+# Shared, but only without arguments: a process group's `size()` takes none, a tensor's `size(1)` one.
+PROOF_WITH_ARGUMENTS = frozenset({"size"})
+
+
+def proves_a_tensor(method: str, has_arguments: bool) -> bool:
+    """Whether calling `method` on a name shows the name is a tensor."""
+    return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS)
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
 # Which positional arguments must be tensors (counted from 0, after the receiver for a method):
 # evidence that a forward input is a tensor. Only these: `x.mul_(scale)`, `torch.clamp(x, lo, hi)`

@@ -48,6 +48,10 @@ class Val:
     module_class: str | None = None  # an instance of this file's class of that name (an nn.Module's, or any)
     # Names and dotted attributes read to compute this value: `self.h = f(self.h)` chains steps.
     reads: frozenset[str] = field(default=frozenset())
+    none: bool = False  # the literal None
+    # A view that may be a copy instead (`.contiguous()`, `.reshape()`, `.to()` return their
+    # receiver or a new tensor, by its layout or dtype): not surely sharing its base's storage.
+    may_copy: bool = False
 
     def with_(self, **changes) -> "Val":
         return replace(self, **changes) if changes else self
@@ -82,6 +86,7 @@ class Val:
 
 UNKNOWN = Val()
 SCALAR = Val(Kind.SCALAR)
+NONE = Val(Kind.SCALAR, none=True)  # the literal None: no tensor, but a tensor-or-None with a tensor
 
 
 def tensor(*sources: Val, int64: bool = False, keep_graph: bool = True) -> Val:
@@ -96,8 +101,9 @@ def _members_graph(v: Val) -> bool:
     return any(m.graph or m.param for m in v.members())
 
 
-def view(base: Val, **changes) -> Val:
-    """A tensor sharing `base`'s storage (slicing, .view, .t(), ...)."""
+def view(base: Val, may_copy: bool = False, **changes) -> Val:
+    """A tensor sharing `base`'s storage (slicing, .view, .t(), ...); with `may_copy`, one that may
+    be a copy instead (`.contiguous()`, `.reshape()`)."""
     bases = base.view_of | ({base.binding} if base.binding is not None else set())
     return Val(
         Kind.TENSOR,
@@ -106,6 +112,7 @@ def view(base: Val, **changes) -> Val:
         is_input=base.is_input,
         view_of=frozenset(bases),
         reads=base.reads,
+        may_copy=may_copy or base.may_copy,
     ).with_(**changes)
 
 
@@ -122,8 +129,23 @@ def combine(*vals: Val) -> Val:
     return Val(graph=any(v.graph for v in vals), reads=reads)
 
 
+def either(a: Val, b: Val) -> Val:
+    """What a name holds after two paths bound it: the later binding, except that None on one
+    path and a tensor on the other is a tensor (or None)."""
+    if a.none and b.is_tensor:
+        return b
+    if b.none and a.is_tensor:
+        return a
+    return b
+
+
 def merge(a: Val, b: Val) -> Val:
-    """One of two values (an `x if c else y`, two branches)."""
+    """One of two values (an `x if c else y`, two branches). `t if c else None` is a tensor or
+    None: as good as a tensor for what ctx keeps (save_for_backward takes None)."""
+    if a.none and not b.none:
+        return b.with_(reads=a.reads | b.reads)
+    if b.none and not a.none:
+        return a.with_(reads=a.reads | b.reads)
     if a.kind is b.kind:
         return replace(a, graph=a.graph or b.graph, int64=a.int64 and b.int64, reads=a.reads | b.reads)
     return Val(reads=a.reads | b.reads)

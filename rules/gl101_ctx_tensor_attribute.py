@@ -10,7 +10,7 @@ from gradlint.file_model import AutogradFunction, FileModel, bindings_of, leadin
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, ReturnValue, SavedForBackward, Walk
 from gradlint.prescan import descendants
-from gradlint.torch_api import ITEM_TENSOR_METHODS, NUMPY_SHARED_ATTRIBUTES, TENSOR_ATTRIBUTES
+from gradlint.torch_api import TENSOR_PROOF_METHODS, NUMPY_SHARED_ATTRIBUTES, TENSOR_ATTRIBUTES
 from gradlint.rewrites import code, first_statement, statement_in_body
 from gradlint.rule import DeleteLines, FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 from gradlint.values import Kind, Val
@@ -136,6 +136,26 @@ forward (or setup_context), the attribute is read nowhere but backward and named
 and an existing call and unpacking are the only ones, side by side in their bodies.
 """
     VALID = (
+        # `bias is not None`, `k in cache`, `not x`, isinstance(...): Python bools whatever x is;
+        # a process group and a work handle have `.size()`, which proves nothing; an annotation says
+        # what it says (`Union[int, Tensor]` is either one); isinstance narrows inside its branch.
+        """
+from typing import Union
+import torch
+class Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, handle, scale: Union[float, torch.Tensor], k):
+        ctx.has_bias = bias is not None
+        ctx.both = bias is None and weight is None
+        ctx.cached = k in (1, 2)
+        ctx.world = group.size()
+        ctx.group, ctx.handle, ctx.scale = group, handle, scale
+        if isinstance(k, int):
+            ctx.k = k
+        y = torch.nn.functional.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight)
+        return y
+""",
         # What backward reads as `.shape`, `.device`, `.dtype`: a NumPy array, a generator, a
         # config have them too.
         """
@@ -524,6 +544,9 @@ class Cube(torch.autograd.Function):
                     continue
                 if kind == "output" and _marked(walk, store.value):
                     kind = "tensor"  # no grad_fn, no cycle: what is left is the version-counter check
+                if kind in ("output", "view") and store.value.int64:
+                    # an integer output (argsort, topk indices) never requires grad: no grad_fn, no cycle
+                    kind = "tensor"
                 # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError,
                 # and so would `ctx.perm = perm` for a NumPy perm known only by `perm.shape`
                 fix = _save_instead(function, walk, store) \
@@ -581,7 +604,7 @@ def _used_as_tensor_in_backward(function: AutogradFunction, attribute: str) -> b
     if ctx is None:
         return False
     for node in descendants(backward.body):
-        if isinstance(node, cst.Attribute) and (node.attr.value in _TENSOR_ONLY_ATTRIBUTES or node.attr.value in ITEM_TENSOR_METHODS):
+        if isinstance(node, cst.Attribute) and (node.attr.value in _TENSOR_ONLY_ATTRIBUTES or node.attr.value in TENSOR_PROOF_METHODS):
             inner = node.value
             if isinstance(inner, cst.Attribute) and inner.attr.value == attribute \
                     and isinstance(inner.value, cst.Name) and inner.value.value == ctx:

@@ -1,0 +1,34 @@
+"""The tables in gradlint/torch_api.py that come from measuring torch, re-measured on the installed one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradlint import torch_api as api
+
+
+def _non_tensor_types():
+    import torch.distributed as dist  # noqa: F401 - ProcessGroup and Work live in its C module
+    from torch._C._distributed_c10d import ProcessGroup, Work
+
+    return (np.ndarray, list, dict, str, bytes, tuple, set, torch.nn.Module, torch.Size, torch.Generator,
+            torch.futures.Future, ProcessGroup, Work)
+
+
+def test_methods_shared_with_non_tensors_are_exactly_those_other_types_have():
+    shared = set()
+    for kind in _non_tensor_types():
+        shared |= set(dir(kind))
+    assert api.SHARED_WITH_NON_TENSORS == api.TENSOR_ONLY_METHODS & shared
+
+
+def test_every_tensor_method_in_the_tables_is_a_real_tensor_method():
+    assert {m for m in api.TENSOR_ONLY_METHODS if not hasattr(torch.Tensor, m)} == set()
+
+
+def test_a_process_group_has_size_so_size_proves_nothing():
+    from torch._C._distributed_c10d import ProcessGroup
+
+    assert hasattr(ProcessGroup, "size") and "size" not in api.TENSOR_PROOF_METHODS
