@@ -7,6 +7,7 @@ libcst's visitor).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -60,9 +61,10 @@ def method_name(call: cst.Call) -> str | None:
 
 
 def _steps_optimizer(call: cst.Call) -> bool:
-    """`opt.step()`, `opt.zero_grad()`; not `env.step(action)`."""
+    """`opt.step()`, `scaler.step(opt)`; not `env.step(action)`. Not `zero_grad()` alone: a saliency
+    map or Grad-CAM clears the model's gradients before its backward, and trains nothing."""
     method = method_name(call)
-    return method in ("step", "zero_grad") and makes_a_step(method, dotted(call.func.value))
+    return method == "step" and makes_a_step(method, dotted(call.func.value))
 
 
 def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
@@ -75,20 +77,56 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
 
 def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | None:
     """The loop whose one iteration is the training step the call runs in: the innermost around it
-    that steps an optimizer or goes over a loader/dataset/epochs (a loop over the step's losses or
-    heads is part of one step). None: the function is the step, or there is no loop."""
-    optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
+    that steps an optimizer itself or goes over a loader/dataset/epochs, unless the steps are made
+    in a loop of their own nested in it (the call then runs once per epoch, or per collection of
+    data, between many steps). A loop over the step's losses, heads or optimizers is part of one
+    step. None: the function is the step, or the call is in no step."""
+    optimizer_calls = [s for s in sites if _steps_optimizer(s.call) and s.function is site.function]
+    step_loops = {id(loop) for s in optimizer_calls if (loop := _own_step_loop(s)) is not None}
     for loop in reversed(site.loops):
-        iterable = loop.iter if isinstance(loop, cst.For) else loop.test
-        if any(loop in s.loops for s in optimizer_calls) or TRAINING_ITERABLE.search(code(iterable)):
+        training = id(loop) in step_loops or TRAINING_ITERABLE.search(code(_header(loop))) is not None
+        if not training:
+            if any(loop in s.loops for s in optimizer_calls):
+                return None  # the steps are in a loop nested in this one: the call is between steps
+            continue
+        inner = _loops_inside(loop, site, sites)
+        if any(id(other) in step_loops or TRAINING_ITERABLE.search(code(_header(other))) for other in inner):
+            return None  # an epoch loop around the step loop: once per epoch, not per step
+        return loop
+    return None
+
+
+_OPTIMIZER_LIST = re.compile(r"optim|\bopts?\b|schedulers?|param", re.IGNORECASE)
+
+
+def _header(loop: cst.For | cst.While) -> cst.BaseExpression:
+    return loop.iter if isinstance(loop, cst.For) else loop.test
+
+
+def _own_step_loop(site: CallSite) -> cst.For | cst.While | None:
+    """The innermost loop around an optimizer step that is not a loop over optimizers."""
+    for loop in reversed(site.loops):
+        if not (isinstance(loop, cst.For) and _OPTIMIZER_LIST.search(code(loop.iter))):
             return loop
     return None
 
 
+def _loops_inside(loop: cst.For | cst.While, site: CallSite, sites: list[CallSite]) -> list[cst.For | cst.While]:
+    """The loops nested in `loop` (as the calls of its function show them) that do not hold `site`."""
+    found: dict[int, cst.For | cst.While] = {}
+    for other in sites:
+        if other.function is not site.function or loop not in other.loops:
+            continue
+        for inner in other.loops[other.loops.index(loop) + 1:]:
+            if inner not in site.loops:
+                found[id(inner)] = inner
+    return list(found.values())
+
+
 def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     """Whether a call runs once per training step: in a loop (or, outside loops, a function with no
-    training loop of its own) that also steps an optimizer (`.step()`, `.zero_grad()`), or in a
-    loop over a loader/dataset/epochs.
+    training loop of its own) that also steps an optimizer (`.step()`), or in a loop over a
+    loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
     if site.loops:
         return step_loop(site, sites) is not None

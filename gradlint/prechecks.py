@@ -150,8 +150,8 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
             func = node.func
             if wanted(node):
                 wanted_sites.append(site)
-            if isinstance(func, ast.Attribute) and makes_a_step(func.attr, dotted(func.value)) \
-                    and func.attr != "backward":
+            # as call_sites._steps_optimizer: an optimizer's step(), not zero_grad() alone
+            if isinstance(func, ast.Attribute) and func.attr == "step" and makes_a_step(func.attr, dotted(func.value)):
                 steps.append(site)
             if isinstance(func, ast.Attribute) and func.attr == "backward":
                 backward_loops.update(id(loop) for loop in loops)
@@ -166,6 +166,9 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
             if any(training_header(loop) or any(loop in s.loops for s in steps) for loop in site.loops):
                 return True
         elif site.function is not None:
+            # as FileModel.in_training_step: a forward or backward (of a Function or a Module) runs every step
+            if getattr(site.function, "name", None) in ("forward", "backward"):
+                return True
             own = [s for s in steps if s.function is site.function]
             # `not any` below: a loop counts as training only where flow surely agrees
             if own and not any(id(loop) in backward_loops or _surely_training_header(loop)

@@ -71,6 +71,21 @@ so code that called backward through the total changes. Offered for `t += v`, `t
 `t = v + t`; other updates need a person to decide.
 """
     VALID = (
+        # Truncated BPTT: the state is detached before the call that reads it, inside a branch
+        # (the first chunk starts without one): quiet there as it is outside a branch.
+        """
+def train_chunks(model, chunks, optimizer, loss_fn):
+    hidden = None
+    for x_t, y_t in chunks:
+        optimizer.zero_grad()
+        if hidden is None:
+            y_pred, hidden = model(x_t)
+        else:
+            hidden = _detach_hidden(hidden)
+            y_pred, hidden = model(x_t, hidden)
+        loss_fn(y_pred, y_t).backward()
+        optimizer.step()
+""",
         # Reset on every step: it never holds more than the step's own graph.
         """
 import torch

@@ -25,10 +25,11 @@ class RetainGraphInLoop(Rule):
     doc = """
 ## What it does
 Flags `backward(retain_graph=True)` (and `torch.autograd.backward`/`grad` with it) once per
-training step (in a loop or function that also calls `optimizer.step()`/`zero_grad()`, or in a
-loop over a loader, dataset or epochs) when it is the step's last backward: no later backward in
-the same loop body or function frees the graph. A loop over a model's outputs inside one step
-is not a training loop.
+training step (in a loop or function that also calls `optimizer.step()`, or in a loop over a
+loader, dataset or epochs) when it is the step's last backward: no later backward in the same
+loop body or function frees the graph. A loop over a model's outputs inside one step is not a
+training loop, nor is a saliency map or Grad-CAM that clears the model's gradients
+(`model.zero_grad()`) before its backward: it steps no optimizer.
 
 ## Why is this bad?
 Measured on torch 2.13: with `loss.backward(retain_graph=True)` every step, one whole graph's saved
@@ -85,6 +86,14 @@ def compute_hessian_row(loss, params):
     grads = torch.autograd.grad(loss, params, create_graph=True)
     return grads
 loss.backward(retain_graph=True)
+""",
+        # Grad-CAM: zero_grad, then a backward that keeps the graph for the next class's map.
+        """
+def class_activation_map(model, image, target):
+    model.zero_grad()
+    logits = model(image)
+    logits[:, target].sum().backward(retain_graph=True)
+    return model.features.grad
 """,
         """
 def grads_of_each_output(outs, inputs):

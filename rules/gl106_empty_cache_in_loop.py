@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.call_sites import in_training_step
 from gradlint.file_model import FileModel
 from gradlint.findings import Severity
 from gradlint.rule import Hit, Invalid, Rule
@@ -18,8 +17,9 @@ class EmptyCacheInLoop(Rule):
     doc = """
 ## What it does
 Flags `torch.cuda.empty_cache()` once per training step: in a loop or function that also calls
-`optimizer.step()`/`zero_grad()`, or in a loop over a loader, dataset or epochs. Clearing the cache
-once after training, or in a loop over devices, is not reported.
+`optimizer.step()`, in a loop over a loader, dataset or epochs, or in the forward or backward of
+an autograd Function or an nn.Module's forward (every step runs them). Clearing the cache once
+after training, or in a loop over devices, is not reported.
 
 ## Why is this bad?
 `empty_cache()` returns the caching allocator's *unused* blocks to the driver. It frees no tensor
@@ -76,6 +76,16 @@ for x, y in loader:
     loss.backward()
     th.cuda.empty_cache()
 """, ("th.cuda.empty_cache()",)),
+        # A loss Function that clears the cache in its forward: once per batch.
+        Invalid("""
+import torch
+class TransducerLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, labels):
+        loss = compute(logits, labels)
+        torch.cuda.empty_cache()
+        return loss
+""", ("torch.cuda.empty_cache()",)),
         Invalid("""
 from torch import cuda
 def train_step(batch):
@@ -93,7 +103,7 @@ def train_step(batch):
     def check(self, model: FileModel) -> Iterator[Hit]:
         sites = model.call_sites
         for site in sites:
-            if model.imports.qualify(site.call.func) != "torch.cuda.empty_cache" or not in_training_step(site, sites):
+            if model.imports.qualify(site.call.func) != "torch.cuda.empty_cache" or not model.in_training_step(site):
                 continue
             yield Hit(site.call, (
                 "torch.cuda.empty_cache() in a training loop frees no tensor that is still referenced (only "

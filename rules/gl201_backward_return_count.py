@@ -5,7 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint import prechecks
-from gradlint.file_model import AutogradFunction, FileModel, leading_params, returns_in
+from gradlint.file_model import AutogradFunction, FileModel, has_return, leading_params, returns_in
 from gradlint.findings import Severity
 from gradlint.prescan import target_names
 from gradlint.rule import Hit, Invalid, Rule
@@ -105,6 +105,33 @@ def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[s
     return tuples, singles - set(tuples)
 
 
+def _positional_count(call: cst.Call) -> int | None:
+    """How many arguments a call passes; None when a `*args` makes it unknown."""
+    if any(a.star for a in call.args):
+        return None
+    return sum(1 for a in call.args if a.keyword is None)
+
+
+def _ends_plainly(statements) -> bool:
+    """Whether a body with no `return` surely reaches its end: its last statement is a plain one
+    (not a raise), and it is no placeholder (a docstring, `pass`, `...`: an abstract method)."""
+    if not statements or all(_placeholder(s) for s in statements):
+        return False
+    last = statements[-1]
+    if isinstance(last, cst.SimpleStatementLine):
+        return not any(isinstance(s, cst.Raise) for s in last.body)
+    if isinstance(last, (cst.If, cst.For)):
+        return True  # a raise inside may end some paths; the others still end with no return
+    return False
+
+
+def _placeholder(statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Pass) or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.Ellipsis,
+                                                                                       cst.ConcatenatedString)))
+        for s in statement.body)
+
+
 class BackwardReturnCount(Rule):
     code = "GL201"
     name = "backward-return-count"
@@ -147,6 +174,31 @@ class Scale(torch.autograd.Function):
 ```
 """
     VALID = (
+        # Every path returns (the guard makes the end unreachable), and a short return after an
+        # unconditional one never runs.
+        """
+import torch
+class Pull(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, image, grid, bound):
+        return image
+    @staticmethod
+    def backward(ctx, grad):
+        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+            return None, None, None
+        if ctx.needs_input_grad[0]:
+            return grad, None, None
+        if ctx.needs_input_grad[1]:
+            return None, grad, None
+class Sparse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, pattern, scale):
+        return x
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+        return grad, None
+""",
         """
 import torch
 class Scale(torch.autograd.Function):
@@ -201,6 +253,31 @@ class Var(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # No `return` at all: backward gives one None; and a defaulted input a call passes.
+        Invalid("""
+import torch
+class Clip(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        ctx.save_for_backward(x)
+        ctx.bounds = (lo, hi)
+        return x.clamp(lo, hi)
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        grad_x = grad * (x > ctx.bounds[0])
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, index, dim=0):
+        ctx.save_for_backward(index)
+        return x.index_select(dim, index)
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+gather = Gather.apply
+def pick(x, index):
+    return gather(x, index, 1)
+""", ("def backward(ctx, grad):", "return g, None")),
         Invalid("""
 import torch
 class Scale(torch.autograd.Function):
@@ -248,21 +325,32 @@ gather.register_autograd(backward)
                 continue
             total = len(inputs)
             required = sum(1 for p in inputs if p.default is None)
+            # torch wants one gradient per argument apply was given: a defaulted input that a call
+            # in this file passes needs one too.
+            passed = [n for n in (_positional_count(call) for call in model.apply_calls(function.name)) if n is not None]
+            needed = min(total, max([required, *passed]))
             tuples, singles = _locals(function.backward)
-            for statement in returns_in(function.backward):
-                counted = _count(statement.value, tuples, singles)
+            ends: list[tuple[cst.CSTNode, Counted | None]] = [
+                (statement, _count(statement.value, tuples, singles)) for statement in returns_in(function.backward)]
+            if not has_return(function.backward) and _ends_plainly(function.backward.body.body):
+                ends.append((function.backward.name, [True]))  # no `return`: backward returns one None
+            for statement, counted in ends:
                 if counted is None:
                     continue
                 got = len(counted)
-                if got < required:
-                    yield Hit(statement, self._fewer(function, got, total), subject=function.name)
+                if got < needed:
+                    yield Hit(statement, self._fewer(function, got, total, needed, statement is function.backward.name),
+                              subject=function.name)
                 elif got > total and not all(counted[total:]):
                     yield Hit(statement, self._more(function, got, total, counted), subject=function.name)
 
-    def _fewer(self, function: AutogradFunction, got: int, total: int) -> str:
-        return (f"backward returns {got} value{'s' if got != 1 else ''} but forward takes {total} input"
-                f"{'s' if total != 1 else ''}; when backward runs torch raises "
-                f"`{self._error(function, total, got)}`: return one gradient or None per input")
+    def _fewer(self, function: AutogradFunction, got: int, total: int, needed: int, falls_off: bool) -> str:
+        given = (f"forward takes {total} input{'s' if total != 1 else ''}" if needed == total
+                 else f"{function.name}.apply is called with {needed} argument{'s' if needed != 1 else ''}")
+        returns = ("backward can end without a return (one None)" if falls_off
+                   else f"backward returns {got} value{'s' if got != 1 else ''}")
+        return (f"{returns} but {given}; when backward runs torch raises "
+                f"`{self._error(function, needed, got)}`: return one gradient or None per input")
 
     def _more(self, function: AutogradFunction, got: int, total: int, counted: Counted) -> str:
         position = next(i for i in range(total, got) if not counted[i]) + 1

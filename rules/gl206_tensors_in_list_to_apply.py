@@ -7,10 +7,11 @@ import libcst as cst
 
 from gradlint import prechecks
 from gradlint.file_model import FileModel
-from gradlint.flow import looks_like_scalar
+from gradlint.flow import FunctionApplied, looks_like_scalar
 from gradlint.findings import Severity
 from gradlint.prescan import child_nodes
 from gradlint.rule import Hit, Invalid, Rule
+from gradlint.values import Kind
 
 _CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.GeneratorExp, cst.DictComp)
 # Integer index tensors need no gradient: a container of them loses nothing (kernel maps, masks).
@@ -42,6 +43,24 @@ def _never_tensor(node: cst.BaseExpression, indexes: bool = False) -> bool:
 
 def _may_hold_tensors(node: cst.BaseExpression, indexes: bool = False) -> bool:
     return isinstance(node, _CONTAINERS) and not _never_tensor(node, indexes)
+
+
+def _forward_uses_as_tensors(model: FileModel, function, position: int) -> bool:
+    """Whether forward uses what it receives at `position` of apply as tensors (or as a container
+    of them); an argument forward only hands on, to a kernel or a helper, says nothing."""
+    forward = function.forward if function is not None else None
+    if forward is None:
+        return False
+    params = function.forward_parameters()
+    scan = model.prescan(forward)
+    if position < len(params):
+        received = model.input_value(params[position], scan)
+        return received.kind in (Kind.TENSOR, Kind.CONTAINER)
+    star = forward.params.star_arg
+    if isinstance(star, cst.Param):  # forward(ctx, *tensors): what lands in it is used as tensors
+        name = star.name.value
+        return name in scan.tensor_uses or name in scan.item_uses or name in scan.tensor_holders
+    return False
 
 
 def container_names(function: cst.FunctionDef | None, module: cst.Module) -> set[str]:
@@ -136,27 +155,35 @@ def run(a, b):
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         containers_by_function: dict[int, set[str]] = {}
-        for site in model.call_sites:
-            name = model.function_class_call(site.call, "apply")
-            if name is None:
-                continue
-            if any(arg.star for arg in site.call.args):
-                continue  # tensors also passed unpacked: the container is taken to be a non-tensor argument
-            key = id(site.function)
-            if key not in containers_by_function:
-                containers_by_function[key] = container_names(site.function, model.module)
-            containers = containers_by_function[key]
-            # A container of index tensors is fine as one argument of a forward that takes it as
-            # one; with fewer arguments than forward's inputs it was meant to be unpacked.
-            function = model.function_class(name)
-            inputs = function.forward_inputs if function is not None else None
-            short = inputs is not None and len(site.call.args) < len(inputs)
-            for arg in site.call.args:
-                if arg.star or arg.keyword is not None:
-                    continue
-                value = arg.value
-                if _may_hold_tensors(value, indexes=not short) or (isinstance(value, cst.Name) and value.value in containers):
-                    yield Hit(site.call, (
+        reported: set[int] = set()
+        for walk in model.walks:
+            function_node = walk.function if isinstance(walk.function, cst.FunctionDef) else None
+            for event in walk.of(FunctionApplied):
+                call, name = event.call, event.function_name
+                if id(call) in reported or any(arg.star for arg in call.args):
+                    continue  # tensors also passed unpacked: the container is taken to be a non-tensor argument
+                key = id(function_node)
+                if key not in containers_by_function:
+                    containers_by_function[key] = container_names(function_node, model.module)
+                containers = containers_by_function[key]
+                # A container of index tensors is fine as one argument of a forward that takes it as
+                # one; with fewer arguments than forward's inputs it was meant to be unpacked.
+                function = model.function_class(name)
+                inputs = function.forward_inputs if function is not None else None
+                short = inputs is not None and len(call.args) < len(inputs)
+                for position, (arg, value) in enumerate(event.arguments):
+                    if arg.keyword is not None:
+                        continue
+                    expr = arg.value
+                    if not (_may_hold_tensors(expr, indexes=not short) or (isinstance(expr, cst.Name) and expr.value in containers)):
+                        continue
+                    # Only a container known to hold a tensor (`[w, w.t()]`), or one whose forward uses
+                    # what it gets there as tensors (`torch.cat(xs)`): a list of enum values or shapes
+                    # handed on to a kernel is none.
+                    if not (any(m.is_tensor for m in value.members()) or _forward_uses_as_tensors(model, function, position)):
+                        continue
+                    reported.add(id(call))
+                    yield Hit(call, (
                         f"{name}.apply gets tensors inside a container: autograd does not see them, so no "
                         "gradient reaches them (no error, measured torch 2.13; the output requires grad only "
                         f"through tensors passed as arguments of their own); pass each tensor as its own argument "

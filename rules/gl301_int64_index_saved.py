@@ -32,8 +32,11 @@ class Int64IndexSaved(Rule):
 Flags an index tensor that is certainly int64 (`.long()`, `.to(torch.int64)`,
 `dtype=torch.long`, `argsort`, `argmax`, `topk(...).indices`, `sort(...).indices`, `nonzero`,
 `randint`, `arange` with integer arguments) saved for backward with `ctx.save_for_backward` or
-kept on a ctx attribute. An index that arrives as a forward input is not reported: its dtype is
-unknown statically.
+kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
+pins it to int64: forward checks it (`assert index.dtype == torch.long`, a check call such as
+`torch._check(index.dtype == torch.int64)`, `if index.dtype != torch.long: raise ...`), annotates
+it `torch.LongTensor`, or every call of the Function's apply in the file passes one made int64
+(`.long()`, `dtype=torch.long`) or checked to be. Otherwise its dtype is unknown statically.
 
 ## Why is this bad?
 It {_WHY}. For graph and point-cloud ops the index is often the largest tensor a layer keeps
@@ -64,6 +67,25 @@ class Gather(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # Inputs pinned to int64: by forward's own assert, by the one caller's check.
+        Invalid("""
+import torch
+class Segment(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, src, index):
+        assert index.dtype == torch.long
+        ctx.save_for_backward(index)
+        return src.new_zeros(10, src.size(1)).index_add_(0, index, src)
+class Focal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pred, target):
+        ctx.save_for_backward(pred, target)
+        return pred.log_softmax(1).gather(1, target[:, None])
+def focal_loss(pred, target):
+    if target.dtype != torch.int64:
+        raise TypeError("labels must be int64")
+    return Focal.apply(pred, target)
+""", ("ctx.save_for_backward(index)", "ctx.save_for_backward(pred, target)")),
         Invalid("""
 import torch
 class TopK(torch.autograd.Function):

@@ -123,6 +123,35 @@ def test_view_of_output_on_ctx_is_a_permanent_leak():
     assert _storage_alive_after(VIEW_OF_OUTPUT) == (True, True)
 
 
+SAVED_VIEW = OWN_OUTPUT.replace("ctx.out = out", "ctx.save_for_backward(out[1:])").replace(
+    "grad * ctx.out", "grad * ctx.saved_tensors[0].sum()")
+SAVED_WHOLE = SAVED_VIEW.replace("save_for_backward(out[1:])", "save_for_backward(out)")
+
+
+def _outputs_alive(source: str, backward: bool, calls: int = 20) -> int:
+    """How many of `calls` outputs are still alive after gc.collect(), the collector on."""
+    namespace = _load(source)
+    refs = []
+    for _ in range(calls):
+        x = torch.randn(64, requires_grad=True)
+        out = namespace["Keep"].apply(x)
+        refs.append(weakref.ref(out.untyped_storage()))
+        if backward:
+            out.sum().backward()
+        del out, x
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def test_a_saved_view_of_the_output_leaks_for_good_only_when_backward_never_runs():
+    [finding] = [f for f in _lint(SAVED_VIEW) if f.code == "GL107"]
+    assert "not even by gc.collect()" in finding.message and finding.severity.value == "error"
+    assert _outputs_alive(SAVED_VIEW, backward=False) == 20
+    assert _outputs_alive(SAVED_VIEW, backward=True) == 0
+    assert [f for f in _lint(SAVED_WHOLE) if f.code == "GL107"] == []
+    assert _outputs_alive(SAVED_WHOLE, backward=False) == 0
+
+
 TWO_OUTPUTS = textwrap.dedent("""
     import torch
     class Keep(torch.autograd.Function):
@@ -219,7 +248,7 @@ def test_tensors_in_a_list_argument_are_not_differentiated():
         class Sum(torch.autograd.Function):
             @staticmethod
             def forward(ctx, xs):
-                return xs[0] + xs[1]
+                return torch.stack(xs).sum(0)
             @staticmethod
             def backward(ctx, g):
                 return None

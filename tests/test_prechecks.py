@@ -549,7 +549,7 @@ STEP_CALLS = {
         import torch
         def train_step(loss, opt):
             torch.autograd.backward(loss, retain_graph=True)
-            opt.zero_grad()
+            opt.step()
         """),
 }
 
@@ -586,6 +586,12 @@ NOT_A_STEP = {
         for x in loader:
             model(x).sum().backward(retain_graph=False)
             opt.step()
+        """),
+    "saliency_zeroes_gradients_but_steps_nothing": ("GL105", """
+        def saliency(model, image):
+            model.zero_grad()
+            model(image).max().backward(retain_graph=True)
+            return image.grad
         """),
     "module_level_outside_loops": ("GL105", """
         loss.backward(retain_graph=True)

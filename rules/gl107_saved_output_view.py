@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from gradlint import prechecks
+from gradlint.file_model import FileModel, bindings_of
+from gradlint.findings import Severity
+from gradlint.flow import MarkedNonDifferentiable, SavedForBackward, Walk
+from gradlint.rewrites import code
+from gradlint.rule import Hit, Invalid, Rule
+
+
+def _non_differentiable(walk: Walk) -> set[int]:
+    """Outputs passed to ctx.mark_non_differentiable: no grad_fn, so nothing to form a cycle with."""
+    found: set[int] = set()
+    for event in walk.of(MarkedNonDifferentiable):
+        for value in event.values:
+            found |= bindings_of(value)
+    return found
+
+
+class SavedOutputView(Rule):
+    code = "GL107"
+    name = "saved-output-view"
+    severity = Severity.ERROR
+    summary = "a view of the Function's own output passed to save_for_backward: never freed if backward never runs"
+    markers = (("autograd", "save_for_backward"),)
+    doc = """
+## What it does
+Flags `ctx.save_for_backward(...)` in an autograd Function's `forward` or `setup_context` when an
+argument is a view of one of the Function's own outputs: a slice (`out[:, :k]`), `out.view(...)`,
+`.t()`, `.transpose()`, `.unsqueeze()`, `.expand()`, `.narrow()`, `.select()`. Not reported: the
+whole output, a copy (`out[1:].clone()`, advanced indexing), a detached view
+(`out.detach()[1:]`), an output marked non-differentiable or an integer one, and calls that may
+copy instead of viewing (`.contiguous()`, `.reshape()`, `.flatten()`, `.to()`).
+
+## Why is this bad?
+Measured on torch 2.13 (pytorch/pytorch#94990): the saved view keeps its base, the output, and
+the saved slot points back to the node that made it. When backward never runs on that graph
+(evaluation under grad mode, a loss that is skipped, an exception between forward and backward),
+the cycle goes through autograd's C++ objects that Python's collector cannot see: 50 of 50 outputs
+were still alive after `gc.collect()`, the whole output each time (131072 B per call for a
+256x128 float32 output saved as `out[:, :8]`). When backward runs, the slots are released and
+nothing leaks (0 of 50), which is why the bug hides in training and shows in evaluation. Saving
+the whole output (`save_for_backward(out)`), a clone, or `out.detach()[...]` leaks nothing.
+
+## Example
+```python
+class TopHalf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.save_for_backward(out[:, : out.size(1) // 2])
+        return out
+```
+
+## Use instead
+```python
+class TopHalf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.save_for_backward(out)  # slice it in backward
+        return out
+```
+"""
+    VALID = (
+        # The whole output, a clone of a slice, a detached slice, a view of an input, a reshape
+        # (it may copy), and an integer output.
+        """
+import torch
+class Exp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, idx):
+        out = x.exp()
+        order = x.argsort(dim=1)
+        ctx.save_for_backward(out, out[1:].clone(), out.detach()[1:], x[1:], out.reshape(-1), order[:, :2])
+        return out, order
+""",
+        """
+import torch
+class Pick(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x * 2
+        ctx.mark_non_differentiable(out)
+        ctx.save_for_backward(out[:, :1])
+        return out
+""",
+    )
+    INVALID = (
+        Invalid("""
+import torch
+class TopHalf(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.exp()
+        ctx.save_for_backward(x, out[:, : out.size(1) // 2])
+        return out
+class Gate(torch.autograd.Function):
+    @staticmethod
+    def forward(x, w):
+        return torch.sigmoid(x @ w)
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w = inputs
+        ctx.save_for_backward(x, w, output.t())
+""", ("ctx.save_for_backward(x, out[:, : out.size(1) // 2])", "ctx.save_for_backward(x, w, output.t())")),
+    )
+
+    def precheck(self, tree) -> bool:
+        return prechecks.has_autograd_function(tree)
+
+    def check(self, model: FileModel) -> Iterator[Hit]:
+        for function, walk in model.autograd_walks:
+            marked = _non_differentiable(walk)
+            for event in walk.of(SavedForBackward):
+                for expr, value in event.arguments:
+                    if not walk.is_view_of_output(value) or value.may_copy or value.int64 \
+                            or value.view_of & walk.output_bindings <= marked:
+                        continue
+                    yield Hit(event.where.node, (
+                        f"save_for_backward gets `{code(expr).strip()}`, a view of {function.name}'s own output: if "
+                        "backward never runs (evaluation under grad mode, a skipped loss) the output is never "
+                        "freed, not even by gc.collect() (measured, torch 2.13); save the whole output and slice "
+                        "it in backward"), subject=f"{function.name}.saved_tensors")
+                    break
