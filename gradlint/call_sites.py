@@ -23,6 +23,9 @@ class CallSite:
     function: cst.FunctionDef | None  # innermost def around it
     owner_class: cst.ClassDef | None  # innermost class around it
     loops: tuple[cst.For | cst.While, ...]  # the loops around it within its function, outermost first
+    # Under an `if` whose test takes a remainder (`if step % 100 == 0:`) within its innermost loop:
+    # the call runs every so many iterations, not every one.
+    periodic: bool = False
 
     @property
     def loop(self) -> cst.For | cst.While | None:
@@ -33,27 +36,44 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
     """In document order."""
     found: list[CallSite] = []
 
-    def visit(node: cst.CSTNode, function, owner, loops) -> None:
+    def visit(node: cst.CSTNode, function, owner, loops, periodic) -> None:
         kind = type(node)
         if kind is cst.FunctionDef:
             for decorator in node.decorators:
-                visit(decorator, function, owner, loops)
-            visit(node.body, node, owner, ())
+                visit(decorator, function, owner, loops, periodic)
+            visit(node.body, node, owner, (), False)
             return
         if kind is cst.ClassDef:
             for child in (*node.bases, *node.keywords, *node.decorators):
-                visit(child, function, owner, loops)
-            visit(node.body, function, node, loops)
+                visit(child, function, owner, loops, periodic)
+            visit(node.body, function, node, loops, periodic)
             return
         if kind is cst.Call:
-            found.append(CallSite(node, function, owner, loops))
+            found.append(CallSite(node, function, owner, loops, periodic))
         if kind is cst.For or kind is cst.While:
-            loops = (*loops, node)
+            loops, periodic = (*loops, node), False
+        if kind is cst.If:
+            visit(node.test, function, owner, loops, periodic)
+            inner = periodic or _takes_a_remainder(node.test)
+            visit(node.body, function, owner, loops, inner)
+            if node.orelse is not None:
+                visit(node.orelse, function, owner, loops, inner)
+            return
         for child in child_nodes(node):
-            visit(child, function, owner, loops)
+            visit(child, function, owner, loops, periodic)
 
-    visit(module, None, None, ())
+    visit(module, None, None, (), False)
     return found
+
+
+def _takes_a_remainder(test: cst.BaseExpression) -> bool:
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return True
+        stack.extend(child_nodes(node))
+    return False
 
 
 def method_name(call: cst.Call) -> str | None:

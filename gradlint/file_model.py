@@ -107,6 +107,7 @@ class FileModel:
         self._detaching: dict[int, bool] = {}
         self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
+        self._tensor_params: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -486,6 +487,10 @@ class FileModel:
             walker.run()
             for event in walk.of(ReturnValue):
                 walk.output_bindings.update(bindings_of(event.value))
+            items = walker.scan.returned_items
+            for event in walk.of(NameStore):  # `event_t, y = ans; return ans`: each item is an output
+                if event.name in items and event.value.binding is not None:
+                    walk.output_bindings.add(event.value.binding)
             return walk
         setup = function.setup_context
         if setup is None or len(setup.params.params) < 3 + leading_params(setup):
@@ -557,6 +562,40 @@ class FileModel:
                 return True
         return False
 
+    MAX_HELPER_DEPTH = 4
+
+    def tensor_params(self, function: cst.FunctionDef, depth: int = 0) -> frozenset[str]:
+        """The parameters a def uses as only tensors are used: directly (prescan's tensor_uses), as
+        a Triton pointer (`tl.load(ptr + offs)`), or by passing them where a def of this file (a
+        helper, a kernel it launches) uses its own parameter so (`_launch(q, cos)` with
+        `cos.stride(0)` inside). Read once per def."""
+        found = self._tensor_params.get(id(function))
+        if found is not None:
+            return found
+        if depth > self.MAX_HELPER_DEPTH:
+            return frozenset()
+        self._tensor_params[id(function)] = frozenset()  # a recursive helper finds nothing more
+        scan = self.prescan(function)
+        params = [p.name.value for p in _all_params(function)]
+        names = set(params) & scan.tensor_uses
+        names |= {name for module, name in scan.pointer_uses
+                  if (self.imports.aliases.get(module.split(".")[0], "") + module[len(module.split(".")[0]):])
+                  .startswith("triton.language")}
+        for callee, positional, keywords in scan.name_calls:
+            target = self.functions.get(callee)
+            if target is None or target is function:
+                continue
+            inner = self.tensor_params(target, depth + 1)
+            if not inner:
+                continue
+            target_params = [p.name.value for p in (*target.params.posonly_params, *target.params.params)]
+            target_params = target_params[leading_params(target):]
+            names.update(name for name, param in zip(positional, target_params) if name and param in inner)
+            names.update(name for keyword, name in keywords if keyword in inner)
+        found = frozenset(names & set(params))
+        self._tensor_params[id(function)] = found
+        return found
+
     def _input_value(self, param: cst.Param, scan: Prescan) -> Val:
         name = param.name.value
         if param.annotation is not None:
@@ -567,7 +606,8 @@ class FileModel:
             return SCALAR
         if _SCALAR_LIKE.match(name) or name in scan.scalar_uses:
             return SCALAR
-        if name in scan.tensor_uses or name in scan.attribute_uses:
+        if name in scan.tensor_uses or name in scan.attribute_uses or (
+                isinstance(scan.root, cst.FunctionDef) and name in self.tensor_params(scan.root)):
             return Val(Kind.TENSOR, is_input=True)
         if name in scan.tensor_holders:
             # `edge_index[0]` used as a tensor: it is one, or holds some; which item is which is

@@ -585,7 +585,9 @@ class Walker:
                 value = UNKNOWN  # `teacher.requires_grad_(False)`: its outputs carry no graph of their own
             elif name in self.scan.module_uses and value.kind is Kind.UNKNOWN:
                 value = value.with_(kind=Kind.MODULE)  # `netG = build(cfg)`, then `netG.parameters()`
-            if self.role.kind == "forward" and value.kind is Kind.UNKNOWN and name in self.scan.single_returns:
+            if self.role.kind == "forward" and value.kind is Kind.UNKNOWN and (
+                    (name in self.scan.single_returns and name not in self.scan.tuple_sources)
+                    or name in self.scan.returned_items):  # `event_t, y = ans; return ans`: ans is a tuple
                 value = value.with_(kind=Kind.TENSOR)
             if value.binding is None:
                 value = value.with_(binding=new_binding())

@@ -79,6 +79,7 @@ class Prescan:
         # edge_index` with src used as one): a tensor or a container of tensors, either way tensors.
         self.item_uses: set[str] = set()
         self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`, `for a in source`
+        self.tuple_unpacked: list[tuple[str, str]] = []  # (target, source) of `a, b = source` only
         # `return out`: in an autograd forward, the one value returned is the output tensor.
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
@@ -96,6 +97,14 @@ class Prescan:
         # torch.long`, `check(t.dtype == torch.int64, ...)`, `if t.dtype != torch.long: raise`.
         self.int64_pins: set[str] = set()
         self.hook_registrations: list[cst.Call] = []  # `layer.register_forward_hook(hook)`
+        # Calls of a plain name with the names they pass: `_launch(q, cos, sin)`, `kernel[grid](x, ptr)`
+        # (callee, positional names or None, keyword -> name): a helper's use of its parameter is
+        # evidence for what the caller passed (FileModel.tensor_params).
+        self.name_calls: list[tuple[str, tuple[str | None, ...], tuple[tuple[str, str], ...]]] = []
+        # `tl.load(ptr + offs)`, `tl.store(out_ptr, v)`, `tl.make_block_ptr(base, ...)`: (module
+        # alias, name) of a Triton pointer, which is a tensor where the kernel is launched.
+        self.pointer_uses: set[tuple[str, str]] = set()
+        self.root = root
         self._loops: list[cst.CSTNode] = []
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
@@ -120,7 +129,9 @@ class Prescan:
         if isinstance(node.value, cst.Name):
             for target in node.targets:
                 if isinstance(target.target, (cst.Tuple, cst.List)):
-                    self.unpacked.extend((name, node.value.value) for name in target_names(target.target))
+                    pairs = [(name, node.value.value) for name in target_names(target.target)]
+                    self.unpacked.extend(pairs)
+                    self.tuple_unpacked.extend(pairs)
 
     def _assign_target(self, node: cst.AssignTarget) -> None:
         self.assigned.update(target_names(node.target))
@@ -209,6 +220,16 @@ class Prescan:
         return frozenset(names)
 
     @cached_property
+    def tuple_sources(self) -> frozenset[str]:
+        """Names unpacked into several targets (`a, b = source`): they hold a fixed number of things."""
+        return frozenset(source for _, source in self.tuple_unpacked)
+
+    @cached_property
+    def returned_items(self) -> frozenset[str]:
+        """`event_t, y = ans` where `return ans`: in an autograd forward, the items of the output."""
+        return frozenset(target for target, source in self.tuple_unpacked if source in self.single_returns)
+
+    @cached_property
     def tensor_holders(self) -> frozenset[str]:
         """Names not known as tensors whose items are: indexed or unpacked into tensors."""
         # Unpacked: the target itself used as only a tensor is (not `x * a`: a may be a float).
@@ -226,6 +247,20 @@ class Prescan:
         func = node.func
         if isinstance(func, cst.Name):
             self.called_names.add(func.value)
+        callee = func.value if isinstance(func, cst.Name) else (
+            func.value.value if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) else None)
+        if callee is not None and not any(a.star for a in node.args):
+            positional = tuple(a.value.value if isinstance(a.value, cst.Name) else None
+                               for a in node.args if a.keyword is None)
+            keywords = tuple((a.keyword.value, a.value.value) for a in node.args
+                             if a.keyword is not None and isinstance(a.value, cst.Name))
+            if any(positional) or keywords:
+                self.name_calls.append((callee, positional, keywords))
+        if isinstance(func, cst.Attribute) and func.attr.value in _POINTER_FUNCTIONS and node.args \
+                and isinstance(func.value, (cst.Name, cst.Attribute)):
+            base = _pointer_base(node.args[0].value)
+            if base is not None:
+                self.pointer_uses.add((dotted(func.value) or "", base))
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             self.called_names.add(method)
@@ -326,6 +361,18 @@ _NOTES = {
     cst.Return: Prescan._return,
     cst.Del: Prescan._del,
 }
+
+
+# Triton's functions whose first argument is a pointer (a tensor at the launch).
+_POINTER_FUNCTIONS = frozenset({"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
+                                "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "make_block_ptr"})
+
+
+def _pointer_base(expr: cst.BaseExpression) -> str | None:
+    """`ptr`, `ptr + offs`, `ptr + i * stride + offs` -> "ptr" (the leftmost name of the sum)."""
+    while isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        expr = expr.left
+    return expr.value if isinstance(expr, cst.Name) else None
 
 
 def _int64_tested(test: cst.BaseExpression, equal: bool) -> set[str]:

@@ -11,6 +11,7 @@ from gradlint.flow import AttributeStore, NameStore, may_leave_the_iteration
 from gradlint.lifetimes import holder_name, outlives_step
 from gradlint.prescan import descendants
 from gradlint.rewrites import code, is_display, kept_value
+from gradlint.trained_buffers import container_key
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
@@ -357,7 +358,8 @@ def train(lstm, optimizer, loader, h, c):
             backward_roots = model.prescan(walk.function).backward_roots
             for event in walk.events:
                 if isinstance(event, NameStore) and event.chained and not event.where.no_grad \
-                        and event.value.holds_graph() and event.name not in backward_roots:
+                        and event.value.holds_graph() and event.name not in backward_roots \
+                        and not _trained_buffer(model, walk, event):
                     # Rebinding a parameter never reaches the caller: from here on it is a local,
                     # carried from one step to the next only by a training loop in this function.
                     why = outlives_step("local" if event.scope == "param" else event.scope, event.name, event.where)
@@ -397,6 +399,13 @@ def train(lstm, optimizer, loader, h, c):
             f"{name} ({why}) is updated from itself with a graph-attached tensor: every step's autograd "
             f"graph is chained onto it and never freed (804 graph nodes after 100 steps, measured); {advice}"),
             subject=subject, fix=fix)
+
+
+def _trained_buffer(model: FileModel, walk, event: NameStore) -> bool:
+    """`window = torch.stack(window)` for a list backward is run through and then emptied (a
+    truncated-BPTT window, micro-batch outputs): the graphs are needed, then they go."""
+    local = walk.function if event.scope in ("local", "param") and isinstance(walk.function, cst.FunctionDef) else None
+    return container_key(event.name, local) in model.trained_buffers
 
 
 def _reset_in_step(walk, event, is_reset, target: str) -> tuple[cst.CSTNode | None, bool]:

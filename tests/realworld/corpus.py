@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 import zipfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -203,7 +204,10 @@ def statement_starts(source: str) -> dict[int, int]:
     A compound statement owns its header lines only (a `def` with its signature, a `for` with its
     target), so a finding in a body maps to the body's statement, never to the enclosing `def`.
     """
-    tree = ast.parse(source)
+    with warnings.catch_warnings():  # third-party code: `"\e"` in a string is their business
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tree = ast.parse(source)
     owner: dict[int, int] = {}
 
     def visit(stmts: list[ast.stmt]) -> None:
@@ -614,7 +618,9 @@ def main(argv: list[str] | None = None) -> int:
                 for lab in result.false_negatives:
                     print(f"FN {lab.where()} ({lab.scope}): {lab.note}")
         elif args.cmd == "agree":
-            print(agreement(read_labels(args.a), read_labels(args.b)))
+            def load(path: Path) -> list[Label]:
+                return read_all_labels(path) if path.is_dir() else read_labels(path)
+            print(agreement(load(args.a), load(args.b)))
     except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
