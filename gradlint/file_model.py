@@ -233,7 +233,8 @@ class FileModel:
                         b in api.FUNCTION_BASES or b in function_names for b in info.bases):
                     function_names.add(name)
                     changed = True
-                if name not in module_names and any(is_module_base(b) or b in module_names for b in info.bases):
+                if name not in module_names and (any(is_module_base(b) or b in module_names for b in info.bases)
+                                                 or self._module_like(info, function_names)):
                     module_names.add(name)
                     changed = True
                 if name not in lightning_names and any(b in api.LIGHTNING_BASES or b in lightning_names for b in info.bases):
@@ -262,6 +263,21 @@ class FileModel:
                 backward=self.functions.get(backward or ""), setup_context=self.functions.get(setup or ""),
                 op_name=op_name))
         return functions, modules
+
+    def _module_like(self, info: _ClassInfo, function_names: set[str]) -> bool:
+        """A class whose base comes from another file (`class MKR(KnowledgeRecommender)`) that
+        defines forward and builds torch.nn layers or parameters on self in __init__: an nn.Module
+        as far as this file can tell."""
+        if "forward" not in info.methods or "__init__" not in info.methods or not info.bases:
+            return False
+        if any(b in function_names or b.startswith("torch.") or b in ("object", "") for b in info.bases):
+            return False
+        init = info.methods["__init__"]
+        for call in _calls_in_assignments(init):
+            name = self.imports.qualify(call.func) if isinstance(call.func, (cst.Name, cst.Attribute)) else None
+            if name is not None and (api.is_nn_module_class(name) or name in api.PARAMETER_CONSTRUCTORS):
+                return True
+        return False
 
     def _inherited_methods(self, info: _ClassInfo, by_name, function_names) -> dict[str, cst.FunctionDef]:
         methods: dict[str, cst.FunctionDef] = {}
@@ -807,6 +823,31 @@ class FileModel:
             role.no_grad = True
         return role
 
+    def runs_in_forward(self, function: cst.FunctionDef) -> bool:
+        """Whether a Module's method runs as part of its forward: forward itself, or a method of the
+        class that forward calls on self (`self._attention(q, k)`), transitively."""
+        return id(function) in self._forward_methods
+
+    @cached_property
+    def _forward_methods(self) -> set[int]:
+        found: set[int] = set()
+        for module in self.module_classes:
+            forward = self.method_of(module.name, "forward")
+            if forward is None:
+                continue
+            todo, seen = [forward[0]], set()
+            while todo:
+                method = todo.pop()
+                if id(method) in seen:
+                    continue
+                seen.add(id(method))
+                for name in self.prescan(method).called_names:
+                    callee = self.method_of(module.name, name)
+                    if callee is not None and name not in ("__init__", "forward"):
+                        todo.append(callee[0])
+            found |= seen
+        return found
+
     @cached_property
     def _modules_by_node(self) -> dict[int, ModuleClass]:
         return {id(m.node): m for m in self.module_classes}
@@ -995,6 +1036,23 @@ def has_return(function: cst.FunctionDef) -> bool:
                 if any(statements(inner) for inner in blocks_of(statement)):
                     return True
         return False
+
+    return statements(function.body.body)
+
+
+def _calls_in_assignments(function: cst.FunctionDef) -> Iterator[cst.Call]:
+    """`self.x = nn.Linear(...)`: the calls assigned to an attribute in the def's own statements."""
+    def statements(block) -> Iterator[cst.Call]:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                        if any(isinstance(t, cst.Attribute) for t in targets):
+                            yield small.value
+            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                for inner in blocks_of(statement):
+                    yield from statements(inner)
 
     return statements(function.body.body)
 

@@ -266,6 +266,17 @@ def _detaches(function: cst.FunctionDef) -> bool:
         for n in descendants(function.body))
 
 
+_READ_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _read_names(body: cst.CSTNode) -> frozenset[str]:
+    """Every plain name in a block (read or bound: enough to ask whether a loop body uses one)."""
+    found = _READ_NAMES.get(id(body))
+    if found is None:
+        found = _READ_NAMES[id(body)] = frozenset(n.value for n in _names_in(body))
+    return found
+
+
 def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
     if isinstance(expr, cst.Name):
         yield expr
@@ -308,6 +319,7 @@ class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
 
     MAX_CALL_DEPTH = 3
+    MAX_REWALKS = 2  # nested loops walked again at most this deep (each costs one more pass)
 
     def __init__(
         self,
@@ -332,6 +344,7 @@ class Walker:
         self.params: set[str] = set()
         self._condition_depth = 0  # inside how many if/except/case/loop bodies
         self._passes: list[_Iteration] = [_Iteration(None, 0)]
+        self._rewalks = 0
 
     # ----- entry points ---------------------------------------------------------------------
 
@@ -466,18 +479,38 @@ class Walker:
         iterable = self.ev(node.iter if isinstance(node, cst.For) else node.test)
         self.loops.append(loop)
         self._condition_depth += 1
-        this_pass = _Iteration(loop, self._condition_depth)
-        self._passes.append(this_pass)
+        before = dict(self.env)
         start = len(self.walk.events)
-        if isinstance(node, cst.For):
-            self._bind(node.target, iterable.element(None), None)
-        self._block(node.body.body)
+        this_pass = self._loop_pass(node, loop, iterable)
+        # The first pass ran with what the names held before the loop. A name the body reads that
+        # comes back graph-attached (`x = self.layers[i](x)`) holds a graph in every later pass:
+        # walk the body again from there, and keep that pass's events.
+        grown = {name for name, value in self.env.items() if value.holds_graph()
+                 and not (before.get(name) or UNKNOWN).holds_graph() and name in _read_names(node.body)}
+        if grown and self._rewalks < self.MAX_REWALKS:
+            del self.walk.events[start:]
+            self.env = {**before, **{name: self.env[name] for name in grown}}
+            self._rewalks += 1
+            try:
+                this_pass = self._loop_pass(node, loop, iterable)
+            finally:
+                self._rewalks -= 1
         self._unchain_cut(this_pass, start)
-        self._passes.pop()
         self._condition_depth -= 1
         self.loops.pop()
         if node.orelse is not None:
             self._conditional(node.orelse.body.body)
+
+    def _loop_pass(self, node: cst.For | cst.While, loop: Loop, iterable: Val) -> _Iteration:
+        this_pass = _Iteration(loop, self._condition_depth)
+        self._passes.append(this_pass)
+        try:
+            if isinstance(node, cst.For):
+                self._bind(node.target, iterable.element(None), None)
+            self._block(node.body.body)
+        finally:
+            self._passes.pop()
+        return this_pass
 
     # ----- what one pass carries to the next --------------------------------------------------
 
@@ -941,6 +974,11 @@ class Walker:
             self.walk.events.append(AttributeStore(
                 self._where(e), args[0][1], dotted(owner_expr) or "?", str(attr), args[2][1]))
             return SCALAR
+        if name == "map" and len(args) == 2 and isinstance(args[0][0].value, cst.Lambda) \
+                and isinstance(args[1][0].value, (cst.Tuple, cst.List)):
+            # `q, k, v = map(lambda t: rearrange(t, ...), (q, k, v))`: the lambda on each element
+            return Val(Kind.CONTAINER, elements=tuple(self._apply_lambda(args[0][0].value, item)
+                                                      for item in args[1][1].members()))
         if name in ("tuple", "list") and positional:
             source = positional[0]
             return source if source.kind is Kind.CONTAINER else Val(Kind.CONTAINER, item=source.element(None))
@@ -949,6 +987,20 @@ class Walker:
         if name in api.SCALAR_BUILTINS:
             return Val(Kind.SCALAR, reads=frozenset().union(*(v.reads for _, v in args)) if args else frozenset())
         return None
+
+    def _apply_lambda(self, function: cst.Lambda, argument: Val) -> Val:
+        params = [p.name.value for p in function.params.params]
+        if len(params) != 1:
+            return UNKNOWN
+        saved = self.env.get(params[0])
+        self.env[params[0]] = argument
+        try:
+            return self.ev(function.body)
+        finally:
+            if saved is None:
+                self.env.pop(params[0], None)
+            else:
+                self.env[params[0]] = saved
 
     def _method(self, e, method: str, receiver: Val, args, positional, keywords) -> Val | None:
         if receiver.kind is Kind.CTX:

@@ -88,13 +88,14 @@ def _blocks(node: ast.stmt) -> list[ast.stmt]:
 
 
 def stores_on_self_in(tree: ast.Module, method: str) -> bool:
-    """A class whose `method` assigns to its first parameter's attributes, calls a container
-    method on one, or declares a global."""
+    """A class with a `method` whose methods (any but `__init__`: `method` may call them) assign
+    to their first parameter's attributes, call a container method or setattr on one, or declare
+    a global."""
     for cls in _classes(tree):
-        if not cls.bases:
+        if not cls.bases or not any(isinstance(f, ast.FunctionDef) and f.name == method for f in cls.body):
             continue
         for function in cls.body:
-            if isinstance(function, ast.FunctionDef) and function.name == method and function.args.args:
+            if isinstance(function, ast.FunctionDef) and function.name != "__init__" and function.args.args:
                 owner = function.args.args[0].arg
                 for node in ast.walk(function):
                     if isinstance(node, ast.Global):
@@ -105,6 +106,9 @@ def stores_on_self_in(tree: ast.Module, method: str) -> bool:
                             return True
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                             and node.func.attr in CONTAINER_STORING_METHODS and _rooted_at(node.func.value, owner):
+                        return True
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                            and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == owner:
                         return True
     return False
 

@@ -189,6 +189,13 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "requires_
 NUMPY_SHARED_ATTRIBUTES = frozenset({"shape", "dtype", "device", "T", "mT", "data", "ndim"})
 
 _TENSOR_NAMESPACES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
+# Other libraries' functions that take tensors and return one computed from them (with their graph).
+TENSOR_LIBRARY_FUNCTIONS = frozenset({
+    "einops.rearrange", "einops.repeat", "einops.reduce", "einops.einsum",
+    "torch_scatter.scatter", "torch_scatter.scatter_add", "torch_scatter.scatter_mean",
+    "torch_scatter.scatter_max", "torch_scatter.scatter_min", "torch_scatter.scatter_softmax",
+    "opt_einsum.contract",
+})
 
 
 def is_nn_module_class(name: str) -> bool:
@@ -233,6 +240,8 @@ def is_tensor_op(name: str) -> bool:
         return False
     if name.startswith(_TENSOR_NAMESPACES):
         return not name.rsplit(".", 1)[-1].startswith("_")
+    if name in TENSOR_LIBRARY_FUNCTIONS:
+        return True
     parts = name.split(".")
     return len(parts) == 2 and parts[0] == "torch" and parts[1][:1].islower()
 

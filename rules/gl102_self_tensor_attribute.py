@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from typing import Iterator
 
 from gradlint import prechecks
@@ -14,10 +16,11 @@ class SelfTensorAttribute(Rule):
     name = "self-tensor-attribute"
     severity = Severity.ERROR
     summary = "a graph-attached tensor kept on a module (or a global) across steps"
-    markers = (("Module", "def forward"),)
+    markers = (("Module", "def forward"), ("nn.", "def forward"))
     doc = """
 ## What it does
-Flags, inside an `nn.Module`'s `forward`, a graph-attached tensor (the result of a submodule
+Flags, inside an `nn.Module`'s `forward` (or a method of the module that forward calls on
+self), a graph-attached tensor (the result of a submodule
 call, or anything computed from parameters) that is assigned to `self.x`, appended to or stored
 into a container attribute of `self`, or assigned to a module-level global.
 
@@ -108,6 +111,21 @@ class Net(nn.Module):
 """,
     )
     INVALID = (
+        # A module whose base lives in another file (it builds nn layers on self), storing from a
+        # method its forward calls.
+        Invalid("""
+import torch.nn as nn
+from recsys.base import Recommender
+class Ranker(Recommender):
+    def __init__(self, items, dim):
+        super().__init__()
+        self.item_emb = nn.Embedding(items, dim)
+    def _lookup(self, items):
+        self.item_vectors = self.item_emb(items)
+        return self.item_vectors
+    def forward(self, items):
+        return self._lookup(items).sum(-1)
+""", ("self.item_vectors = self.item_emb(items)",)),
         Invalid("""
 import torch
 from torch import nn
@@ -189,7 +207,9 @@ class Prototypes(nn.Module):
     def check(self, model: FileModel) -> Iterator[Hit]:
         for walk in model.walks:
             role = walk.role
-            if role.kind != "module_forward" or role.no_grad:
+            if role.no_grad or not (role.kind == "module_forward" or (
+                    role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
+                    and model.runs_in_forward(walk.function))):
                 continue
             for event in walk.events:
                 if getattr(event, "where", None) is None or event.where.no_grad:
