@@ -556,11 +556,18 @@ class FileModel:
                 return False
             value = args[position].value
             caller = around.get(id(call))
-            pinned = isinstance(value, cst.Name) and caller is not None \
-                and value.value in self.prescan(caller).int64_pins
+            pinned = isinstance(value, cst.Name) and caller is not None and (
+                value.value in self.prescan(caller).int64_pins or self._declared_int64(caller, value.value))
             if not (pinned or self._makes_int64(value)):
                 return False
         return True
+
+    def _declared_int64(self, function: cst.FunctionDef, name: str) -> bool:
+        """`cu_seqlens: torch.LongTensor` (or Optional of it) among the def's parameters."""
+        for param in _all_params(function):
+            if param.name.value == name and param.annotation is not None:
+                return annotated_value(param.annotation.annotation, self.imports).int64
+        return False
 
     def _makes_int64(self, expr: cst.BaseExpression) -> bool:
         if not isinstance(expr, cst.Call):
@@ -608,7 +615,11 @@ class FileModel:
             target_params = target_params[leading_params(target):]
             names.update(name for name, param in zip(positional, target_params) if name and param in inner)
             names.update(name for keyword, name in keywords if keyword in inner)
-        found = frozenset(names & set(params))
+        # An annotation says what the def accepts: `block_counts: torch.LongTensor | int` may be an int
+        # whatever a branch of the body does with it.
+        declared = {p.name.value: annotated_value(p.annotation.annotation, self.imports).kind
+                    for p in _all_params(function) if p.annotation is not None}
+        found = frozenset(n for n in names & set(params) if declared.get(n, Kind.TENSOR) is Kind.TENSOR)
         self._tensor_params[id(function)] = found
         return found
 
@@ -625,6 +636,8 @@ class FileModel:
         if name in scan.tensor_uses or name in scan.attribute_uses or (
                 isinstance(scan.root, cst.FunctionDef) and name in self.tensor_params(scan.root)):
             return Val(Kind.TENSOR, is_input=True)
+        if name in scan.single_returns and name not in scan.tuple_sources:
+            return Val(Kind.TENSOR, is_input=True)  # forward returns it as it came: its output, a tensor
         if name in scan.tensor_holders:
             # `edge_index[0]` used as a tensor: it is one, or holds some; which item is which is
             # unknown (`in_idx, out_idx, counts = kmap`: counts is a list of ints).

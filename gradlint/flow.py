@@ -757,7 +757,11 @@ class Walker:
         if isinstance(e, cst.Subscript):
             return self._subscript(e)
         if isinstance(e, cst.BinaryOperation):
-            return combine(self.ev(e.left), self.ev(e.right))
+            left, right = self.ev(e.left), self.ev(e.right)
+            if isinstance(e.operator, cst.Multiply) and (left.kind is Kind.CONTAINER) != (right.kind is Kind.CONTAINER) \
+                    and Kind.TENSOR not in (left.kind, right.kind):
+                return left if left.kind is Kind.CONTAINER else right  # `[outputs] * n`: the same items, repeated
+            return combine(left, right)
         if isinstance(e, cst.UnaryOperation):
             inner = self.ev(e.expression)
             if isinstance(e.operator, cst.Not):
@@ -863,6 +867,8 @@ class Walker:
             return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
         if full is not None and looks_like_module(full):
             return Val(Kind.MODULE, reads=frozenset(reads))
+        if full is not None and full in self.scan.tensor_uses:  # `pattern.bitmask.is_contiguous()` in this body
+            return Val(Kind.TENSOR, graph=base.graph, reads=frozenset(reads))
         return Val(reads=frozenset(reads))
 
     def _subscript(self, e: cst.Subscript) -> Val:
@@ -875,6 +881,10 @@ class Walker:
                 advanced = advanced or index_value.is_tensor or index_value.kind is Kind.CONTAINER
                 indexes.append(element.slice.value)
         if base.kind is Kind.CONTAINER:
+            if not indexes:  # `args[:n]`, `outs[1:]`: a slice of a container is a container of the same things
+                return Val(Kind.CONTAINER, item=base.item if base.item is not None else (
+                    base.elements[0] if base.elements and all(x.kind is base.elements[0].kind for x in base.elements)
+                    else None), is_input=base.is_input, reads=base.reads)
             literal = _int_literal(indexes[0]) if len(indexes) == 1 else None
             return base.element(literal)
         if base.is_tensor:

@@ -106,6 +106,7 @@ class Prescan:
         self.pointer_uses: set[tuple[str, str]] = set()
         self.root = root
         self._loops: list[cst.CSTNode] = []
+        self._ifs = 0
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
 
@@ -119,10 +120,14 @@ class Prescan:
         is_loop = kind is cst.For or kind is cst.While
         if is_loop:
             self._loops.append(node)
+        if kind is cst.If:
+            self._ifs += 1
         for child in child_nodes(node):
             self._visit(child)
         if is_loop:
             self._loops.pop()
+        if kind is cst.If:
+            self._ifs -= 1
 
     def _assign(self, node: cst.Assign) -> None:
         # `src, dst = edge_index`: if src is used as a tensor, edge_index holds tensors.
@@ -259,7 +264,9 @@ class Prescan:
         if isinstance(func, cst.Attribute) and func.attr.value in _POINTER_FUNCTIONS and node.args \
                 and isinstance(func.value, (cst.Name, cst.Attribute)):
             base = _pointer_base(node.args[0].value)
-            if base is not None:
+            # Under an `if` (`if USE_BLOCK_COUNTS: tl.load(block_counts + i)`) the launch may pass
+            # an int instead: only an unconditional load says the argument is a tensor.
+            if base is not None and not self._ifs:
                 self.pointer_uses.add((dotted(func.value) or "", base))
         if isinstance(func, cst.Attribute):
             method = func.attr.value
@@ -286,6 +293,11 @@ class Prescan:
             if receiver not in self.imported:
                 if receiver is not None and proof:
                     self.tensor_uses.add(receiver)
+                elif proof and isinstance(func.value, cst.Attribute):
+                    # `pattern.bitmask.is_contiguous()`: that attribute of pattern is a tensor
+                    chain = dotted(func.value)
+                    if chain is not None and chain.split(".")[0] not in self.imported:
+                        self.tensor_uses.add(chain)
                 if method in api.TENSOR_ARGUMENT_POSITIONS:
                     self._tensor_args(node, api.TENSOR_ARGUMENT_POSITIONS[method])
             torch_function = (dotted(func) or "").startswith(("torch.", "F.", "th."))

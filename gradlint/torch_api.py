@@ -136,25 +136,6 @@ TENSOR_ONLY_METHODS = VIEW_METHODS | SPLITTING_METHODS | INDEX_PAIR_METHODS | IN
     # not `add`: a set has one
     "mul", "sub", "div", "clamp_", "addmm", "lerp", "masked_select",
 })
-# What else has these methods: NumPy arrays, str, bytes, list, dict, set, tuple, nn.Module,
-# torch.Size, torch.Generator, torch.futures.Future, and torch.distributed's ProcessGroup and Work
-# (a process group has `.size()`, a config or a C++ struct may have anything). Computed from their
-# dir() on torch 2.13 and NumPy 2.x (tests/test_torch_api.py recomputes it).
-SHARED_WITH_NON_TENSORS = frozenset({
-    "argmax", "argmin", "argsort", "cpu", "cuda", "cumsum", "diagonal", "double", "flatten", "float",
-    "gather", "half", "item", "mean", "nonzero", "numel", "requires_grad_", "reshape", "scatter", "size",
-    "sort", "split", "squeeze", "sum", "swapaxes", "to", "trace", "transpose", "view",
-})
-# A name used as the receiver of one of these is a tensor (or, for `name[0].contiguous()`, holds
-# tensors): no other kind of object a Function is given has them.
-TENSOR_PROOF_METHODS = TENSOR_ONLY_METHODS - SHARED_WITH_NON_TENSORS
-# Shared, but only without arguments: a process group's `size()` takes none, a tensor's `size(1)` one.
-PROOF_WITH_ARGUMENTS = frozenset({"size"})
-
-
-def proves_a_tensor(method: str, has_arguments: bool) -> bool:
-    """Whether calling `method` on a name shows the name is a tensor."""
-    return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS)
 # Tensor methods whose positional arguments are tensors too (an index, an operand).
 # Which positional arguments must be tensors (counted from 0, after the receiver for a method):
 # evidence that a forward input is a tensor. Only these: `x.mul_(scale)`, `torch.clamp(x, lo, hi)`
@@ -269,6 +250,27 @@ INPLACE_TENSOR_METHODS = frozenset({
     "square_", "sub_", "subtract_", "tan_", "tanh_", "tril_", "triu_", "true_divide_", "trunc_",
     "uniform_", "xlogy_", "zero_",
 })
+# What else has these methods: NumPy arrays, str, bytes, list, dict, set, tuple, nn.Module,
+# torch.Size, torch.Generator, torch.futures.Future, and torch.distributed's ProcessGroup and Work
+# (a process group has `.size()`, a config or a C++ struct may have anything). Computed from their
+# dir() on torch 2.13 and NumPy 2.x (tests/test_torch_api.py recomputes it).
+SHARED_WITH_NON_TENSORS = frozenset({
+    "argmax", "argmin", "argsort", "cpu", "cuda", "cumsum", "diagonal", "double", "flatten", "float",
+    "gather", "half", "item", "mean", "nonzero", "numel", "requires_grad_", "reshape", "scatter", "size",
+    "sort", "split", "squeeze", "sum", "swapaxes", "to", "trace", "transpose", "view",
+})
+# A name used as the receiver of one of these is a tensor (or, for `name[0].contiguous()`, holds
+# tensors): no other kind of object a Function is given has them.
+TENSOR_PROOF_METHODS = (TENSOR_ONLY_METHODS | INPLACE_TENSOR_METHODS) - SHARED_WITH_NON_TENSORS
+# Shared, but only without arguments: a process group's `size()` takes none, a tensor's `size(1)` one.
+PROOF_WITH_ARGUMENTS = frozenset({"size"})
+
+
+def proves_a_tensor(method: str, has_arguments: bool) -> bool:
+    """Whether calling `method` on a name shows the name is a tensor."""
+    return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS)
+
+
 # Functions that write their first argument in place; besides these, any torch.nn.functional call
 # with `inplace=True` and any torch.* call with `out=` writes a tensor it is given.
 INPLACE_TORCH_FUNCTIONS = frozenset(

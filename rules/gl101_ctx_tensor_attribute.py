@@ -133,7 +133,8 @@ and its reads in backward become a name unpacked from `ctx.saved_tensors`. An in
 the tensor between forward and backward then raises instead of giving wrong gradients: that is
 the point. Offered only when every use can be rewritten: the store is a plain statement of
 forward (or setup_context), the attribute is read nowhere but backward and named in no string,
-and an existing call and unpacking are the only ones, side by side in their bodies.
+an existing call and unpacking are the only ones, side by side in their bodies, and no Function
+of the file subclasses this one (its backward would unpack what this forward saves).
 """
     VALID = (
         # `bias is not None`, `k in cache`, `not x`, isinstance(...): Python bools whatever x is;
@@ -263,6 +264,46 @@ class NotAutograd:
 """,
     )
     INVALID = (
+        # A subclass inherits forward and unpacks saved_tensors itself: the fix would break it.
+        Invalid("""
+import torch
+class Entmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        alpha = torch.as_tensor(alpha, dtype=x.dtype)
+        y = torch.softmax(x * alpha, -1)
+        ctx.alpha = alpha
+        ctx.save_for_backward(y)
+        return y
+    @staticmethod
+    def backward(ctx, grad):
+        y, = ctx.saved_tensors
+        return grad * y * ctx.alpha, None
+class Sparsemax(Entmax):
+    @staticmethod
+    def backward(ctx, grad):
+        y, = ctx.saved_tensors
+        return grad * (y > 0), None
+""", ("ctx.alpha = alpha",), fixed="""
+import torch
+class Entmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        alpha = torch.as_tensor(alpha, dtype=x.dtype)
+        y = torch.softmax(x * alpha, -1)
+        ctx.alpha = alpha
+        ctx.save_for_backward(y)
+        return y
+    @staticmethod
+    def backward(ctx, grad):
+        y, = ctx.saved_tensors
+        return grad * y * ctx.alpha, None
+class Sparsemax(Entmax):
+    @staticmethod
+    def backward(ctx, grad):
+        y, = ctx.saved_tensors
+        return grad * (y > 0), None
+"""),
         # Known only through `.shape` in forward: reported, but the fix would hand a NumPy array
         # to save_for_backward (a TypeError), so none is offered.
         Invalid("""
@@ -673,9 +714,19 @@ def _first_param(function: cst.FunctionDef) -> str | None:
     return params[0].name.value if params else None
 
 
+def _subclassed(model: FileModel, function: AutogradFunction) -> bool:
+    """A Function of the file that inherits from this one: its own backward (or forward) reads
+    what this forward saves, and the fix would not rewrite it (entmax's SparsemaxBisectFunction
+    unpacks one saved tensor from EntmaxBisectFunction's forward)."""
+    return any(other.name != function.name and function.name in model.ancestors(other.name)
+               for other in model.function_classes)
+
+
 def _save_instead(function: AutogradFunction, walk: Walk, store: AttributeStore) -> FixPlan | None:
     saver = walk.function
     backward = function.backward
+    if _subclassed(walk.model, function):
+        return None
     assign = store.where.node
     if not (isinstance(function.node, cst.ClassDef) and isinstance(saver, cst.FunctionDef) and backward is not None
             and isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.targets[0].target is store.target
