@@ -108,13 +108,20 @@ class FileModel:
         self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._tensor_params: dict[int, frozenset[str]] = {}
+        self._int64_outputs: dict[str, bool] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
         self.module_class_names = {m.name for m in self.module_classes}
         self._plain_attributes: dict[int, dict[str, Val]] = {}  # other classes', asked as walked
+        own = {m.name: self._init_attributes(m.name, m.methods) for m in self.module_classes}
         for module_class in self.module_classes:
-            module_class.attributes = self._init_attributes(module_class.name, module_class.methods)
+            # What the bases' __init__ put on self is on a subclass instance too (GalLinear's forward
+            # calls GalLayer's method, which reads the coeffs GalLinear's own __init__ made).
+            merged: dict[str, Val] = {}
+            for ancestor in self._chain(module_class.name):
+                merged.update(own.get(ancestor, {}))
+            module_class.attributes = merged
 
     # ----- the statement-level scan (expressions are left to the walks) ---------------------
 
@@ -325,6 +332,15 @@ class FileModel:
         if scan is None:
             scan = self._prescans[id(function)] = Prescan(function, frozenset(self.imports.aliases))
         return scan
+
+    def _chain(self, class_name: str) -> list[str]:
+        """The class and its bases defined in this file, bases first (first base's line only)."""
+        bases = {info.node.name.value: info.bases for info in self._classes if not info.nested}
+        chain, name = [], class_name
+        while name in bases and name not in chain:
+            chain.append(name)
+            name = next((b for b in bases[name] if b in bases), None)
+        return list(reversed(chain))
 
     def ancestors(self, class_name: str) -> set[str]:
         """The class and its bases defined in this file, transitively (by name)."""
@@ -587,6 +603,33 @@ class FileModel:
 
     MAX_HELPER_DEPTH = 4
 
+    def _triton(self, alias: str) -> bool:
+        head, _, rest = alias.partition(".")
+        full = self.imports.aliases.get(head, head) + (f".{rest}" if rest else "")
+        return full.startswith("triton.language")
+
+    @cached_property
+    def atomic_kernels(self) -> frozenset[str]:
+        """Triton kernels of this file (module-level defs) that add floats atomically
+        (`tl.atomic_add(dw_ptr + c, dw)`): their result depends on the order programs run in."""
+        return frozenset(name for name, function in self.functions.items()
+                         if any(self._triton(alias) for alias in self.prescan(function).atomic_sums))
+
+    @cached_property
+    def backward_defs(self) -> frozenset[int]:
+        """The defs that run when an autograd Function's backward runs: the backwards themselves and
+        the module-level helpers they call by name, transitively."""
+        todo = [f.backward for f in self.function_classes if f.backward is not None]
+        seen: set[int] = set()
+        while todo:
+            function = todo.pop()
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            todo.extend(self.functions[name] for name in self.prescan(function).called_names
+                        if name in self.functions and name not in self.atomic_kernels)
+        return frozenset(seen)
+
     def tensor_params(self, function: cst.FunctionDef, depth: int = 0) -> frozenset[str]:
         """The parameters a def uses as only tensors are used: directly (prescan's tensor_uses), as
         a Triton pointer (`tl.load(ptr + offs)`), or by passing them where a def of this file (a
@@ -661,6 +704,16 @@ class FileModel:
         scalar = returned is not None and returned.kind in (Kind.SCALAR, Kind.CONTAINER, Kind.MODULE)
         return Val(Kind.UNKNOWN if scalar else Kind.TENSOR, binding=new_binding())
 
+    def returns_int64(self, name: str) -> bool:
+        """Whether Function `name`'s forward returns one int64 tensor (`torch.min(d, 1).indices`):
+        then what `.apply` gives is that index."""
+        found = self._int64_outputs.get(name)
+        if found is None:
+            function = self.function_class(name)
+            returned = self._forward_returns(function) if function is not None and function.style == "ctx" else None
+            found = self._int64_outputs[name] = bool(returned is not None and returned.is_tensor and returned.int64)
+        return found
+
     def _forward_returns(self, function: AutogradFunction) -> Val | None:
         """The value forward's last `return` gives, its inputs taken as tensors."""
         forward = function.forward
@@ -710,6 +763,9 @@ class FileModel:
             self._cut = [True] * len(self._cut)  # every call under way now has a cut-off result
             return UNKNOWN
         role = self._role(function, owner)
+        instance = self._modules_by_name.get(receiver.module_class) if receiver is not None else None
+        if instance is not None and role.self_name is not None:
+            role.self_attributes = instance.attributes  # a base's method, run on the subclass's instance
         bound = {p.name.value: self._param_value(p, role, function) for p in _all_params(function)}
         positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
         if receiver is not None and not _is_static(function):
@@ -860,6 +916,10 @@ class FileModel:
                         todo.append(callee[0])
             found |= seen
         return found
+
+    @cached_property
+    def _modules_by_name(self) -> dict[str, ModuleClass]:
+        return {m.name: m for m in self.module_classes}
 
     @cached_property
     def _modules_by_node(self) -> dict[int, ModuleClass]:

@@ -1042,6 +1042,8 @@ class Walker:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:
                 self.walk.events.append(FunctionApplied(self._where(e), e, owner, tuple(args)))
+                if self.model.returns_int64(owner):  # forward returns an index: no graph, int64
+                    return Val(Kind.TENSOR, int64=True)
                 return tensor(*positional)
         if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(method, bool(args)) \
                 and not self._imported(e.func.value):

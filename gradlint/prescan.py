@@ -104,6 +104,7 @@ class Prescan:
         # `tl.load(ptr + offs)`, `tl.store(out_ptr, v)`, `tl.make_block_ptr(base, ...)`: (module
         # alias, name) of a Triton pointer, which is a tensor where the kernel is launched.
         self.pointer_uses: set[tuple[str, str]] = set()
+        self.atomic_sums: set[str] = set()  # module aliases of `<alias>.atomic_add(ptr, value)` calls
         self.root = root
         self._loops: list[cst.CSTNode] = []
         self._ifs = 0
@@ -268,6 +269,10 @@ class Prescan:
             # an int instead: only an unconditional load says the argument is a tensor.
             if base is not None and not self._ifs:
                 self.pointer_uses.add((dotted(func.value) or "", base))
+            if func.attr.value == "atomic_add" and len(node.args) >= 2 and not isinstance(node.args[1].value, cst.Integer):
+                # `tl.atomic_add(dw_ptr + c, dw)`: a sum in the order the programs arrive (a counter's
+                # `tl.atomic_add(lock, 1)` is an exact integer count)
+                self.atomic_sums.add(dotted(func.value) or "")
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             self.called_names.add(method)

@@ -193,6 +193,9 @@ order that changes from run to run:
   float32 accumulation adds from several threads at once (on CUDA torch sorts the indices first);
 - `gradlint.cuda_ext.scatter_add(...)` without `deterministic=True`, which picks its atomic
   kernel on CUDA;
+- the launch of a Triton kernel of the same file that calls `tl.atomic_add` with a value that is
+  not an integer literal (`_bwd_kernel[grid](...)`), in backward or in a helper of the file that
+  backward calls;
 - calls into a custom kernel whose name says it adds atomically (`_ext.scatter_add_atomic`,
   `torch.ops.mylib.atomic_segment_sum`, an imported `atomicAdd`); a function defined in the same
   file is not one.
@@ -302,6 +305,31 @@ class Reduce(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A Triton kernel of the file that adds atomically, launched by a helper backward calls.
+        Invalid("""
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _norm_bwd_kernel(dy_ptr, dw_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    dw = tl.load(dy_ptr + offs, mask=offs < n)
+    tl.atomic_add(dw_ptr + offs, dw, mask=offs < n)
+    tl.atomic_add(dw_ptr, 1)
+def norm_backward(dy, w):
+    dw = torch.zeros_like(w)
+    _norm_bwd_kernel[(dy.shape[0],)](dy, dw, w.numel(), BLOCK=1024)
+    return dw
+class Norm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x * w
+    @staticmethod
+    def backward(ctx, dy):
+        w, = ctx.saved_tensors
+        return dy * w, norm_backward(dy, w)
+""", ("_norm_bwd_kernel[(dy.shape[0],)](dy, dw, w.numel(), BLOCK=1024)",)),
         Invalid("""
 import torch
 class EdgeMessage(torch.autograd.Function):
@@ -367,6 +395,19 @@ pick.register_autograd(backward, setup_context=setup_context)
                 message = self._message(model, call, exact)
                 if message is not None:
                     yield Hit(call.node, message, subject=f"{function.name}.backward")
+        kernels = model.atomic_kernels
+        if not kernels:
+            return
+        running = model.backward_defs
+        for site in model.call_sites:
+            func = site.call.func  # `_bwd_kernel[grid](...)`: a launch, in backward or a helper it calls
+            if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and func.value.value in kernels \
+                    and site.function is not None and id(site.function) in running:
+                yield Hit(site.call, (
+                    f"`{func.value.value}` launched from backward adds floats with tl.atomic_add: the programs "
+                    "add in whatever order they run, so gradients differ run to run; torch's "
+                    "use_deterministic_algorithms does not reach a Triton kernel. Accumulate per program into "
+                    "a buffer and reduce it in a fixed order (or sort by target)"), subject=func.value.value)
 
     def _message(self, model: FileModel, call: _Call, exact: _ExactSums) -> str | None:
         func = call.node.func
