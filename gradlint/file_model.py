@@ -109,6 +109,7 @@ class FileModel:
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._tensor_params: dict[int, frozenset[str]] = {}
         self._int64_outputs: dict[str, bool] = {}
+        self._class_attributes: dict[str, dict[str, Val]] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -406,6 +407,11 @@ class FileModel:
         """Function subclasses (custom ops are functions, with no .forward/.apply of their own)."""
         return {f.name for f in self.function_classes if isinstance(f.node, cst.ClassDef)}
 
+    @property
+    def plain_class_names(self) -> set[str]:
+        """Classes of the file that are neither modules nor Functions (a meter, a trainer)."""
+        return self._plain_class_names
+
     @cached_property
     def _plain_class_names(self) -> set[str]:
         return {info.node.name.value for info in self._classes if not info.nested} \
@@ -545,6 +551,42 @@ class FileModel:
         walker.run()
         return walk
 
+    def declared_value(self, annotation: cst.BaseExpression, value: Val = UNKNOWN) -> Val:
+        """What an annotation says a value is, with the class when it names one of this file
+        (`pattern: Sparse24Tensor`: a tensor whose attributes its class body declares)."""
+        declared = annotated_value(annotation, self.imports)
+        name = dotted(annotation) if isinstance(annotation, (cst.Name, cst.Attribute)) else (
+            str(annotation.evaluated_value) if isinstance(annotation, cst.SimpleString) else None)
+        if name in self._class_names:
+            declared = declared.with_(module_class=name)
+        if declared.kind is Kind.UNKNOWN and declared.module_class is None:
+            return value
+        return value.with_(kind=declared.kind, int64=declared.int64, item=declared.item,
+                           module_class=declared.module_class)
+
+    @cached_property
+    def _class_names(self) -> set[str]:
+        return {info.node.name.value for info in self._classes if not info.nested}
+
+    def class_attribute(self, class_name: str, attribute: str) -> Val | None:
+        """What the class body (or a base's, in this file) declares an attribute to be:
+        `meta: torch.Tensor` beside the methods; None when it declares nothing."""
+        declared = self._class_attributes.get(class_name)
+        if declared is None:
+            declared = {}
+            by_name = {info.node.name.value: info for info in self._classes if not info.nested}
+            for ancestor in self._chain(class_name):
+                info = by_name.get(ancestor)
+                for line in info.node.body.body if info is not None else ():
+                    if isinstance(line, cst.SimpleStatementLine):
+                        for small in line.body:
+                            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                                found = annotated_value(small.annotation.annotation, self.imports)
+                                if found.kind is not Kind.UNKNOWN:
+                                    declared[small.target.value] = found
+            self._class_attributes[class_name] = declared
+        return declared.get(attribute)
+
     def input_value(self, param: cst.Param, scan: Prescan) -> Val:
         """A forward input: a tensor unless the code shows it is a Python scalar; an int64 one
         when forward checks it is (`assert idx.dtype == torch.long`)."""
@@ -669,7 +711,7 @@ class FileModel:
     def _input_value(self, param: cst.Param, scan: Prescan) -> Val:
         name = param.name.value
         if param.annotation is not None:
-            declared = annotated_value(param.annotation.annotation, self.imports)
+            declared = self.declared_value(param.annotation.annotation)
             if declared.kind is not Kind.UNKNOWN:
                 return declared.with_(is_input=True) if declared.kind in (Kind.TENSOR, Kind.CONTAINER) else declared
         if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):
@@ -811,8 +853,11 @@ class FileModel:
                 # values: `meter.update(loss)` chaining `self.total = self.total + loss`.
                 walk.events = [e for e in walk.events if _outlives_the_call(e)]
                 if walk.events:
+                    walk.for_caller = True
                     self._call_walks.append(walk)
         self_name = role.self_name if receiver is not None else None
+        if result.kind is Kind.UNKNOWN and result.module_class is None and function.returns is not None:
+            result = self.declared_value(function.returns.annotation, result)  # `-> Sparse24Tensor`
 
         def as_read_by_caller(value: Val) -> Val:
             """What the callee read of its parameters and its self is what the caller passed."""
@@ -896,6 +941,22 @@ class FileModel:
         """Whether a Module's method runs as part of its forward: forward itself, or a method of the
         class that forward calls on self (`self._attention(q, k)`), transitively."""
         return id(function) in self._forward_methods
+
+    def called_by_its_class(self, function: cst.FunctionDef) -> bool:
+        """Whether another method of the same module class calls this one on self (a private
+        helper of `full_sort_predict`): on its own it is read without what its caller set up."""
+        return id(function) in self._class_helpers
+
+    @cached_property
+    def _class_helpers(self) -> set[int]:
+        found: set[int] = set()
+        for module in self.module_classes:
+            for name, method in module.methods.items():
+                for called in self.prescan(method).called_names:
+                    callee = self.method_of(module.name, called)
+                    if callee is not None and called != name and called not in ("__init__", "forward"):
+                        found.add(id(callee[0]))
+        return found
 
     @cached_property
     def _forward_methods(self) -> set[int]:

@@ -71,6 +71,9 @@ class Where:
     node: cst.CSTNode
     loops: tuple[Loop, ...]
     no_grad: bool
+    # Inside how many branches, handlers and loop bodies: 0 is a statement of the function's own
+    # body that runs on every call (before any return).
+    depth: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,9 +172,28 @@ class Walk:
         self.output_bindings: set[int] = set()
         # Names the enclosing functions bind: what a nested function stores into them outlives it.
         self.closure_names: frozenset[str] = frozenset()
+        # Walked for one call, with the caller's arguments (FileModel.call_result), not on its own.
+        self.for_caller = False
 
     def of(self, kind: type) -> Iterator:
         return (e for e in self.events if isinstance(e, kind))
+
+    def made_afresh(self, owner: str, attribute: str, before: Event) -> bool:
+        """Whether every call rebinds `owner.attribute` before the event, from a value that does
+        not read its old one (`self.h_list = []` first in the method, `self.emb = self.lookup(x)`
+        before it is updated), and the event is in no training loop of the method: what it holds
+        lives one call, it chains nothing across calls (decoder state reset at the start of each
+        forward)."""
+        if any(loop.is_step_loop for loop in before.where.loops):
+            return False  # reset once per call of a method that loops over the steps: per epoch
+        target = f"{owner}.{attribute}"
+        for event in self.events:
+            if event is before:
+                return False
+            if isinstance(event, AttributeStore) and not event.augmented and event.where.depth == 0 \
+                    and (event.owner_name, event.attribute) == (owner, attribute) and target not in event.value.reads:
+                return True
+        return False
 
     def is_output(self, v: Val) -> bool:
         return v.binding in self.output_bindings
@@ -418,7 +440,10 @@ class Walker:
                 self._bind(target.target, value, line)
         elif isinstance(node, cst.AnnAssign):
             if node.value is not None:
-                self._bind(node.target, self.ev(node.value), line)
+                value = self.ev(node.value)
+                if value.kind is Kind.UNKNOWN:  # `A_val: torch.Tensor = args[0]`: the annotation says it
+                    value = self.model.declared_value(node.annotation.annotation, value)
+                self._bind(node.target, value, line)
         elif isinstance(node, cst.AugAssign):
             self._augmented(node, line)
         elif isinstance(node, cst.Expr):
@@ -590,7 +615,7 @@ class Walker:
     # ----- binding --------------------------------------------------------------------------
 
     def _where(self, node: cst.CSTNode) -> Where:
-        return Where(node=node, loops=tuple(self.loops), no_grad=self.no_grad)
+        return Where(node=node, loops=tuple(self.loops), no_grad=self.no_grad, depth=self._condition_depth)
 
     def scope_of(self, name: str) -> str:
         if name in self.scan.declared_global:
@@ -862,6 +887,10 @@ class Walker:
             if attr in api.DISTRIBUTION_DESCRIPTIONS:
                 return Val(Kind.SCALAR, reads=frozenset(reads))
             return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))  # dist.mean, dist.logits
+        if base.module_class is not None:
+            declared = self.model.class_attribute(base.module_class, attr)  # `meta: torch.Tensor` in the class
+            if declared is not None:
+                return declared.with_(graph=declared.graph or (declared.is_tensor and base.graph), reads=frozenset(reads))
         if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):
             # `model.last_logits` where Net.forward did `self.last_logits = logits`
             return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
@@ -908,6 +937,9 @@ class Walker:
 
         if isinstance(func, cst.Attribute):
             receiver = self.ev(func.value)
+            helper = self._class_helper(func)
+            if helper is not None:  # `Base._setup(ctx, x, w)`: another class's staticmethod given ctx
+                self._follow(helper, e, args)
             result = self._method(e, func.attr.value, receiver, args, positional, keywords)
             if result is not None:
                 return result
@@ -946,6 +978,8 @@ class Walker:
                 return Val(Kind.MODULE, module_class=name)
             if name in self.model.function_class_names:
                 return UNKNOWN
+            if name in self.model.plain_class_names:  # `meter = Meter()` in the training function
+                return Val(module_class=name)
 
         if isinstance(func, cst.Attribute):
             callee = self._attribute(func, base=receiver)
@@ -956,6 +990,15 @@ class Walker:
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
             return tensor(*positional, Val(graph=True))
         return UNKNOWN
+
+    def _class_helper(self, func: cst.Attribute) -> cst.FunctionDef | None:
+        """`Base._setup` for a class of this file and a staticmethod of it."""
+        if not isinstance(func.value, cst.Name) or self.role.ctx_name is None:
+            return None
+        found = self.model.method_of(func.value.value, func.attr.value)
+        if found is None or not any(dotted(d.decorator) == "staticmethod" for d in found[0].decorators):
+            return None
+        return found[0]
 
     def _own_method(self, e: cst.Call, func: cst.Attribute, receiver: Val, args) -> Val | None:
         """`self.compute_loss(batch)`, `model.encode(x)`: a method of a class of this file, called
@@ -1029,15 +1072,24 @@ class Walker:
                 value = positional[0] if positional else UNKNOWN
             else:
                 value = positional[0] if positional else UNKNOWN
+            container = e.func.value
+            if isinstance(container, cst.Name) and container.value in self.scan.item_backward_roots \
+                    and method in ("append", "insert") and value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not self.no_grad:
+                value = value.with_(kind=Kind.TENSOR, graph=True)  # `losses[-1].backward()` later: a graph
             self._container_add(e.func.value, method, value, e)
             self._note_item(e.func.value, receiver, value if method in ("append", "insert") else value.element(None))
             return SCALAR
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:
                 return Val(Kind.MODULE)
-            if method == "forward":
+            if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
+                # `model.compute_loss(x, y)`, `model.encode(x)`: the model's own computation
                 return tensor(*positional, Val(graph=True))
             return None  # `model.encoder(x)`: what the attribute is decides
+        if method in api.PREPARING_METHODS and positional and receiver.kind is Kind.UNKNOWN \
+                and not any(a.keyword is not None for a, _ in args):
+            # `model = accelerator.prepare(model)`: the same objects back, wrapped
+            return positional[0] if len(positional) == 1 else Val(Kind.CONTAINER, elements=tuple(positional))
         if method == "apply" and receiver.kind is Kind.UNKNOWN:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:

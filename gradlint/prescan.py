@@ -7,6 +7,7 @@ which loops run training steps); this pass collects them with plain attribute re
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Iterator
 
@@ -68,6 +69,7 @@ class Prescan:
         self.declared_global: set[str] = set()
         self.declared_nonlocal: set[str] = set()
         self.backward_roots: set[str] = set()
+        self.item_backward_roots: set[str] = set()  # `losses[-1].backward()`: their items are graphs
         self.scalar_uses: set[str] = set()
         # Names used the way only tensors are: a tensor method's receiver, a torch.* argument,
         # saved for backward. A forward input with no such use is not assumed to be a tensor
@@ -312,6 +314,14 @@ class Prescan:
                 self._tensor_args(node, api.TENSOR_FUNCTION_POSITIONS.get(method, (0,)))
             if method == "backward":
                 self.backward_roots.update(_roots(func.value))
+                if isinstance(func.value, cst.Subscript) and isinstance(func.value.value, cst.Name):
+                    self.item_backward_roots.add(func.value.value.value)  # `losses[-1].backward()`
+            positional = [a for a in node.args if a.keyword is None and not a.star]
+            receiver_name = (dotted(func.value) or "").rsplit(".", 1)[-1]
+            if positional and (method == "manual_backward" or (method == "backward" and _BACKWARD_WRAPPER.match(receiver_name))):
+                # `accelerator.backward(loss)`, `self.manual_backward(loss)`: the argument is the root
+                self.backward_roots.update(_roots(positional[0].value))
+                self.calls_backward = True
             if api.makes_a_step(method, dotted(func.value)):
                 self.step_loops.update(id(loop) for loop in self._loops)
             if method in api.SHAPE_TAKING_METHODS:
@@ -383,6 +393,10 @@ _NOTES = {
 # Triton's functions whose first argument is a pointer (a tensor at the launch).
 _POINTER_FUNCTIONS = frozenset({"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
                                 "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "make_block_ptr"})
+
+
+# Who runs backward for the caller: accelerate, Fabric, DeepSpeed's engine, Lightning's strategy.
+_BACKWARD_WRAPPER = re.compile(r"^(accelerator|fabric|engine|model_engine|strategy|precision\w*|trainer|ds_engine)$")
 
 
 def _pointer_base(expr: cst.BaseExpression) -> str | None:

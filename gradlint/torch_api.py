@@ -114,6 +114,13 @@ SHAPE_TAKING_FUNCTIONS = frozenset({
     "torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.randn",
     "torch.rand", "torch.randint", "torch.eye", "torch.linspace",
 })
+# A model's own methods that compute from its parameters (`model.compute_loss(x, y)`,
+# `model.encode(x)`): what they give is graph-attached as a call of the model is. Not `generate`
+# or `predict`, which run without grad in the libraries that have them.
+GRAPH_METHOD_NAME = re.compile(r"loss|encode|decode|embed|logits|training_step|forward_", re.IGNORECASE)
+# accelerate's and Fabric's wrappers: they give back the model, optimizer and loaders they are given.
+PREPARING_METHODS = frozenset({"prepare", "prepare_model", "setup", "setup_module", "wrap"})
+
 # Container methods that keep what they are given (list.append, dict.setdefault, ...).
 CONTAINER_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update"})
 SCALAR_CONVERSIONS = frozenset({"int", "float", "bool", "range", "str", "math.ceil", "math.floor"})

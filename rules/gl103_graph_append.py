@@ -18,6 +18,11 @@ _VERBS = {"append": "appended to", "appendleft": "appended to", "extend": "added
           "insert": "inserted into", "setitem": "stored into", "setdefault": "stored into", "update": "stored into"}
 
 
+def _in_forward(model: FileModel, walk) -> bool:
+    return walk.role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef) \
+        and model.runs_in_forward(walk.function)
+
+
 class GraphAppend(Rule):
     code = "GL103"
     name = "graph-append"
@@ -519,8 +524,11 @@ def embed_batch(model, tokens):
             for event in walk.of(ContainerAdd):
                 if event.where.no_grad or not event.value.holds_graph():
                     continue
-                if event.scope == "self-attribute" and walk.role.kind == "module_forward":
+                if event.scope == "self-attribute" and (walk.role.kind == "module_forward" or _in_forward(model, walk)):
                     continue  # GL102 reports a module keeping its own activations
+                if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
+                        and walk.made_afresh(*event.container_name.split("."), event):
+                    continue  # `self.outs = []` first in the method: it holds one call's values
                 why = outlives_step(event.scope, event.container_name, event.where)
                 if why is None:
                     continue

@@ -373,8 +373,16 @@ def train(lstm, optimizer, loader, h, c):
                                         walk.function, reset)
                 elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                         and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
-                    if walk.role.kind == "module_forward" and event.owner_name == walk.role.self_name:
-                        continue  # GL102 owns a module's own attributes
+                    if event.owner_name == walk.role.self_name and (walk.role.kind == "module_forward" or (
+                            walk.role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
+                            and model.runs_in_forward(walk.function))):
+                        continue  # GL102 owns a module's own attributes, in forward and what it calls
+                    if walk.made_afresh(event.owner_name, event.attribute, event):
+                        continue  # rebound from scratch earlier in every call: no chain across calls
+                    if event.owner_name == walk.role.self_name and walk.role.kind == "module_method" \
+                            and not walk.for_caller and isinstance(walk.function, cst.FunctionDef) \
+                            and model.called_by_its_class(walk.function):
+                        continue  # a helper of another method: its caller decides what self holds
                     name = f"{event.owner_name}.{event.attribute}"
                     reset, every_step = _reset_in_step(
                         walk, event, lambda e: isinstance(e, AttributeStore) and not e.augmented

@@ -1,0 +1,175 @@
+"""gradlint on real code: the labelled corpus of pinned PyPI wheels (tests/realworld/).
+
+The wheels are downloaded into a cache on the first run (`pip download --no-deps`, hash-checked);
+without the network the tests skip and say why. Run `python tests/realworld/corpus.py score
+--list` to see the table and every false positive and negative.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "realworld"))
+import corpus  # noqa: E402
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+# Section 4 of the real-code issue: precision is what decides whether a linter stays installed.
+PRECISION_FLOOR = 0.90  # per family; the goal is 0.95
+RECALL_FLOOR_FILE = 0.85  # on positives the file alone decides
+RECALL_FLOOR_ALL = 0.60  # on all positives: the rest need other files of the project
+# A GL101 safe fix moves the value into save_for_backward, which takes tensors (and None) only.
+SAVABLE = {"tensor", "optional", "output", "view"}
+
+
+@pytest.fixture(scope="module")
+def labelled():
+    packages = corpus.load_packages()
+    try:
+        for pkg in packages.values():
+            corpus.fetch(pkg)
+    except corpus.Unavailable as exc:
+        pytest.skip(f"the real-world corpus cannot be downloaded here: {exc}")
+    labels = corpus.read_all_labels()
+    files = corpus.check(labels, packages)
+    return labels, files
+
+
+@pytest.fixture(scope="module")
+def findings(labelled):
+    return corpus.run_gradlint(labelled[1])
+
+
+def test_the_corpus_is_big_enough_and_mostly_real_problems(labelled):
+    labels, files = labelled
+    positives = [x for x in labels if x.label == "pos" and x.rule != "GL303"]
+    with_positive = {(x.package, x.version, x.path) for x in positives}
+    assert len({x.package for x in labels}) >= 15
+    assert len(files) >= 50 and len(labels) >= 600 and len(positives) >= 60
+    assert len(with_positive) >= len(files) // 2, "clean files should be a minority"
+
+
+def test_precision_per_family_and_recall_hold_their_floors(labelled, findings):
+    labels, _ = labelled
+    result = corpus.score(labels, findings, borderline=False, rules=corpus.default_rules())
+    report = corpus.table(result, "clear labels") + "\n" + "\n".join(
+        [f"FP {f.where()}: {f.message[:90]}" for f, _ in result.false_positives]
+        + [f"FN {lab.where()} ({lab.scope}): {lab.note[:90]}" for lab in result.false_negatives])
+    low = {fam: t.precision for fam, t in result.tallies.items()
+           if t.precision is not None and t.precision < PRECISION_FLOOR}
+    assert not low, f"precision below {PRECISION_FLOOR}: {low}\n{report}"
+    total = result.total()
+    assert total.recall_file >= RECALL_FLOOR_FILE, report
+    assert total.recall >= RECALL_FLOOR_ALL, report
+
+
+def _label_at(labels, finding) -> corpus.Label | None:
+    for lab in labels:
+        if lab.key == finding.key and lab.rule == finding.code:
+            return lab
+    return None
+
+
+def test_every_safe_fix_moves_a_true_tensor_and_fixed_files_still_compile(labelled, tmp_path):
+    """Apply every safe fix to copies of the corpus: each file still compiles, and every value a
+    GL101 fix hands to save_for_backward is labelled a tensor (or tensor-or-None) by a person."""
+    labels, files = labelled
+    copies: dict[Path, corpus.SourceFile] = {}
+    for src in files:
+        target = tmp_path / f"{src.package.name}-{src.package.version}" / src.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(corpus.source_root(src.package) / src.path, target)
+        copies[target] = src
+    report = subprocess.run(
+        [sys.executable, "-m", "gradlint", "check", "--isolated", "--no-cache", "--exit-zero",
+         "--output-format", "json", *map(str, copies)], capture_output=True, text=True, check=True)
+    wrong = []
+    for item in json.loads(report.stdout):
+        if (item.get("fix") or {}).get("applicability") != "safe":
+            continue
+        src = copies[Path(item["filename"]).resolve()] if Path(item["filename"]).resolve() in copies \
+            else copies[Path(item["filename"])]
+        found = corpus.Finding(f"{src.package.name}-{src.package.version}", src.path,
+                               src.statement(item["location"]["row"]), item["code"], item["message"], "safe")
+        lab = _label_at(labels, found)
+        if item["code"] == "GL101" and not (lab and lab.label == "pos" and lab.clarity == "clear"
+                                            and lab.detail in SAVABLE):
+            wrong.append(f"{found.where()}: {lab.note if lab else 'no label'}")
+    assert not wrong, "safe GL101 fixes on values not labelled a single tensor:\n" + "\n".join(wrong)
+    subprocess.run([sys.executable, "-m", "gradlint", "check", "--isolated", "--no-cache", "--exit-zero",
+                    "--fix", *map(str, copies)], capture_output=True, text=True, check=True)
+    broken = []
+    for path in copies:
+        try:
+            compile(path.read_text(encoding="utf-8"), str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            broken.append(f"{path}: {exc}")
+    assert not broken, "\n".join(broken)
+
+
+GRADCHECKS = tomllib.loads((Path(__file__).parent / "realworld" / "gradcheck.toml").read_text(encoding="utf-8"))
+
+
+def _module_from(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", GRADCHECKS["function"], ids=lambda c: f"{c['package']}:{c['function']}")
+def test_fixed_self_contained_functions_still_pass_gradcheck(case, labelled, tmp_path):
+    """The corpus Functions that run on CPU with torch alone, before and after `--fix`: same
+    outputs, and gradcheck passes on both."""
+    torch = pytest.importorskip("torch")
+    packages = corpus.load_packages()
+    pkg = corpus.find_package(packages, case["package"], case.get("version", ""))
+    original = corpus.source_root(pkg) / case["path"]
+    fixed = tmp_path / Path(case["path"]).name
+    shutil.copyfile(original, fixed)
+    subprocess.run([sys.executable, "-m", "gradlint", "check", "--isolated", "--no-cache", "--exit-zero",
+                    "--fix", str(fixed)], capture_output=True, text=True, check=True)
+    outputs = []
+    for label, path in (("original", original), ("fixed", fixed)):
+        module = _module_from(path, f"gl_gradcheck_{label}_{fixed.stem}")
+        namespace = {"torch": torch, "F": getattr(module, case["function"])}
+        torch.manual_seed(0)
+        inputs = eval(case["inputs"], namespace)  # noqa: S307 - the recipe is ours, in gradcheck.toml
+        fn = namespace["F"]
+        extra = eval(case.get("extra", "()"), namespace)  # noqa: S307
+        assert torch.autograd.gradcheck(lambda *xs: fn.apply(*xs, *extra), inputs), (label, case)
+        outputs.append(fn.apply(*inputs, *extra))
+    assert torch.equal(outputs[0], outputs[1])
+
+
+def test_no_gate_turns_a_finding_away_on_real_code(labelled, monkeypatch):
+    """The markers and prechecks only save time: on every corpus file, the rules with their gates
+    and without them find exactly the same."""
+    from gradlint import engine, graph_store_precheck
+    from gradlint.registry import all_rules
+
+    rules = [r for r in all_rules() if r.default_enabled]
+    _, files = labelled
+    gated = {(src.package.name, src.package.version, src.path): engine.lint_source(
+        src.text, src.path, engine.RuleSet(tuple(rules), {})).findings for src in files}
+    for rule in rules:
+        monkeypatch.setattr(type(rule), "precheck", lambda self, tree: True)
+        monkeypatch.setattr(type(rule), "markers", ("",))
+    monkeypatch.setattr(graph_store_precheck, "may_store_across_steps", lambda tree: True)
+    differ = []
+    for src in files:
+        key = (src.package.name, src.package.version, src.path)
+        open_ = engine.lint_source(src.text, src.path, engine.RuleSet(tuple(rules), {})).findings
+        if open_ != gated[key]:
+            differ.append(f"{'/'.join(key)}: gated {len(gated[key])}, open {len(open_)}: "
+                          f"{sorted({(f.line, f.code) for f in open_} ^ {(f.line, f.code) for f in gated[key]})}")
+    assert not differ, "\n".join(differ)
