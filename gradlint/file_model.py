@@ -18,7 +18,7 @@ from gradlint.annotations import annotated_value
 from gradlint.flow import (_SCALAR_LIKE, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
-from gradlint.trained_buffers import trained_and_emptied
+from gradlint.trained_buffers import trained_and_emptied, trained_names
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
@@ -110,6 +110,7 @@ class FileModel:
         self._tensor_params: dict[int, frozenset[str]] = {}
         self._int64_outputs: dict[str, bool] = {}
         self._class_attributes: dict[str, dict[str, Val]] = {}
+        self._trained_in: dict[int, set[str]] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -460,6 +461,13 @@ class FileModel:
                      if self.prescan(f).stores or self.prescan(f).backward_roots or self.prescan(f).deletes]
         return trained_and_emptied(functions, self.imports)
 
+    def trained_in(self, function: cst.FunctionDef) -> set[str]:
+        """What a backward in the function is computed from (trained_buffers keys)."""
+        found = self._trained_in.get(id(function))
+        if found is None:
+            found = self._trained_in[id(function)] = trained_names(function, self.imports)
+        return found
+
     @cached_property
     def call_sites(self) -> list[CallSite]:
         return collect_call_sites(self.module)
@@ -598,7 +606,28 @@ class FileModel:
     def _pinned(self, function: AutogradFunction, position: int, value: Val) -> Val:
         if value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not value.int64 and self.pinned_by_callers(function, position):
             return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
+        if value.kind is Kind.UNKNOWN and self._callers_declare_tensor(function, position):
+            return value.with_(kind=Kind.TENSOR, is_input=True)
         return value
+
+    def _callers_declare_tensor(self, function: AutogradFunction, position: int) -> bool:
+        """Whether every call of the Function's apply in the file passes, at `position`, a
+        parameter of its caller annotated as a tensor (`cu_seqlens: Optional[torch.LongTensor]`)."""
+        calls = self.apply_calls(function.name)
+        if not calls:
+            return False
+        around = {id(site.call): site.function for site in self.call_sites}
+        for call in calls:
+            args = [a for a in call.args if a.keyword is None]
+            if any(a.star for a in call.args) or position >= len(args) or not isinstance(args[position].value, cst.Name):
+                return False
+            caller = around.get(id(call))
+            name = args[position].value.value
+            declared = next((p for p in _all_params(caller) if p.name.value == name), None) if caller is not None else None
+            if declared is None or declared.annotation is None \
+                    or annotated_value(declared.annotation.annotation, self.imports).kind is not Kind.TENSOR:
+                return False
+        return True
 
     def pinned_by_callers(self, function: AutogradFunction, position: int) -> bool:
         """Whether every call of the Function's apply in this file passes, at `position`, an int64
@@ -960,23 +989,19 @@ class FileModel:
 
     @cached_property
     def _forward_methods(self) -> set[int]:
-        found: set[int] = set()
-        for module in self.module_classes:
-            forward = self.method_of(module.name, "forward")
-            if forward is None:
+        """The forwards of the file's modules and the module methods they call, transitively: on
+        self, or by name on another module of the file (`self.student.FeatureInteraction(x)`)."""
+        todo = [found[0] for m in self.module_classes if (found := self.method_of(m.name, "forward")) is not None]
+        seen: set[int] = set()
+        while todo:
+            method = todo.pop()
+            if id(method) in seen:
                 continue
-            todo, seen = [forward[0]], set()
-            while todo:
-                method = todo.pop()
-                if id(method) in seen:
-                    continue
-                seen.add(id(method))
-                for name in self.prescan(method).called_names:
-                    callee = self.method_of(module.name, name)
-                    if callee is not None and name not in ("__init__", "forward"):
-                        todo.append(callee[0])
-            found |= seen
-        return found
+            seen.add(id(method))
+            for name in self.prescan(method).called_names - {"__init__", "forward"}:
+                todo.extend(found[0] for m in self.module_classes
+                            if (found := self.method_of(m.name, name)) is not None)
+        return seen
 
     @cached_property
     def _modules_by_name(self) -> dict[str, ModuleClass]:

@@ -62,6 +62,9 @@ class Loop:
     is_step_loop: bool
     # Names created afresh inside the body (a container made here lives one iteration).
     fresh_names: frozenset[str]
+    # Steps an environment (`env.step(action)`) and trains nothing: a rollout, one env step per
+    # iteration; a graph kept from one to the next is kept for nothing unless backward uses it.
+    is_rollout: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,8 @@ def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
         fresh |= set(target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
     step = id(node) in scan.step_loops or bool(api.TRAINING_ITERABLE.search(iter_text))
-    return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh))
+    return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh),
+                is_rollout=not step and id(node) in scan.rollout_loops)
 
 
 def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False) -> set[str]:

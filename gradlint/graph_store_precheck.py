@@ -37,7 +37,7 @@ from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
                                 VIEW_ATTRIBUTES, is_distribution, is_nn_module_class, is_tensor_op,
-                                makes_a_step)
+                                makes_a_step, steps_a_simulator)
 
 
 def may_store_across_steps(tree: ast.Module) -> bool:
@@ -826,6 +826,8 @@ class _FileFacts:
                 scope.module_uses.add(func.value.id)
             if makes_a_step(method, _dotted(func.value)):
                 scope.step_loops.update(map(id, loops))
+            elif method == "step" and steps_a_simulator(_dotted(func.value)) and loops:
+                scope.step_loops.add(id(loops[-1]))  # a rollout keeps what it stores per env step too
             if method in CONTAINER_STORING_METHODS:
                 arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))
                                   if type(value) not in _NEVER_GRAPH)

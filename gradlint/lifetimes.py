@@ -29,6 +29,8 @@ def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
         inner = loops[fresh_in[-1] + 1:] if fresh_in else loops
         if any(loop.is_step_loop for loop in inner):
             return "a variable created before the training loop"
+        if any(loop.is_rollout for loop in inner):
+            return "a variable created before the rollout loop, which keeps every environment step's graph"
     return None
 
 

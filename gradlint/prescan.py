@@ -85,6 +85,7 @@ class Prescan:
         # `return out`: in an autograd forward, the one value returned is the output tensor.
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
+        self.rollout_loops: set[int] = set()  # ids of loops that step an environment (`env.step(a)`)
         # Anything that can keep a value past the statement: attribute or subscript stores,
         # `+=`, a name bound in a loop, container methods, setattr, globals. A function with none yields no events
         # a rule asks about except returns, so ordinary walks skip it.
@@ -324,6 +325,9 @@ class Prescan:
                 self.calls_backward = True
             if api.makes_a_step(method, dotted(func.value)):
                 self.step_loops.update(id(loop) for loop in self._loops)
+            elif method == "step" and api.steps_a_simulator(dotted(func.value)):
+                # `envs.step(action)`: one iteration of the loop around it is one environment step
+                self.rollout_loops.update(id(loop) for loop in self._loops[-1:])
             if method in api.SHAPE_TAKING_METHODS:
                 # torch.softmax(scores, dim): the function form takes the tensor first
                 self._scalar_args(node, skip=1 if torch_function else 0)

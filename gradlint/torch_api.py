@@ -316,6 +316,11 @@ STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
 _SIMULATOR = re.compile(r"^(env|envs|environment|vec_env|venv|sim|simulator|game|world)$", re.IGNORECASE)
 
 
+def steps_a_simulator(receiver: str | None) -> bool:
+    """`env.step(action)`, `envs.step(...)`: a simulator advanced, not an optimizer."""
+    return receiver is not None and bool(_SIMULATOR.match(receiver.rsplit(".", 1)[-1]))
+
+
 def makes_a_step(method: str, receiver: str | None) -> bool:
     """Whether `receiver.method(...)` makes the loop around it a training loop."""
     if method not in STEP_METHODS:

@@ -61,6 +61,11 @@ def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
     return (trained & emptied) | (emptied_elsewhere & filled)
 
 
+def trained_names(function: cst.FunctionDef, imports) -> set[str]:
+    """Keys of everything a backward in the function is computed from."""
+    return _Facts(function, imports).trained()
+
+
 class _Facts:
     """One function: what each name is computed from, what backward is called on, what it
     empties. Names are kept as written and made keys at the end, once its locals are known."""
@@ -225,7 +230,9 @@ def _read_names(node: cst.CSTNode) -> set[str]:
         if isinstance(current, (cst.Name, cst.Attribute)):
             name = dotted(current)
             if name is not None:
-                found.add(name)
+                # `adv.pow(2)` reads adv; `policy.saved_log_probs` reads that attribute (and policy)
+                parts = name.split(".")
+                found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
                 if isinstance(current, cst.Attribute):
                     continue
         stack.extend(child_nodes(current))

@@ -93,6 +93,28 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # A2C: the rollout's log-probs and values are what the update's loss backwards through.
+        """
+import torch
+def a2c(model, envs, optimizer, num_steps, updates):
+    state = envs.reset()
+    for update in range(updates):
+        log_probs, values, rewards = [], [], []
+        entropy = 0
+        for _ in range(num_steps):
+            dist, value = model(torch.as_tensor(state))
+            action = dist.sample()
+            state, reward, done, _ = envs.step(action.numpy())
+            log_probs.append(dist.log_prob(action))
+            values.append(value)
+            rewards.append(reward)
+            entropy += dist.entropy().mean()
+        adv = torch.tensor(rewards) - torch.cat(values)
+        loss = -(torch.cat(log_probs) * adv.detach()).mean() + adv.pow(2).mean() - 0.01 * entropy
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+""",
         # Forwards under no_grad only (a file that never calls backward).
         """
 import torch
@@ -257,6 +279,21 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # PPO's rollout outside no_grad: every environment step's graph is kept, then only detached.
+        Invalid("""
+import torch
+def collect(model, envs, num_steps, updates):
+    state = envs.reset()
+    for update in range(updates):
+        log_probs = []
+        for _ in range(num_steps):
+            dist, value = model(torch.as_tensor(state))
+            action = dist.sample()
+            state, reward, done, _ = envs.step(action.numpy())
+            log_probs.append(dist.log_prob(action))
+        old_log_probs = torch.cat(log_probs).detach()
+        ppo_update(model, old_log_probs)
+""", ("log_probs.append(dist.log_prob(action))",)),
         # A helper's list left to its default, a module-level list: that list grows.
         Invalid("""
 import torch

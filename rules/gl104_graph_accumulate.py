@@ -359,7 +359,8 @@ def train(lstm, optimizer, loader, h, c):
             for event in walk.events:
                 if isinstance(event, NameStore) and event.chained and not event.where.no_grad \
                         and event.value.holds_graph() and event.name not in backward_roots \
-                        and not _trained_buffer(model, walk, event):
+                        and not _trained_buffer(model, walk, event) \
+                        and not (any(loop.is_rollout for loop in event.where.loops) and _trained(model, walk, event.name)):
                     # Rebinding a parameter never reaches the caller: from here on it is a local,
                     # carried from one step to the next only by a training loop in this function.
                     why = outlives_step("local" if event.scope == "param" else event.scope, event.name, event.where)
@@ -407,6 +408,12 @@ def train(lstm, optimizer, loader, h, c):
             f"{name} ({why}) is updated from itself with a graph-attached tensor: every step's autograd "
             f"graph is chained onto it and never freed (804 graph nodes after 100 steps, measured); {advice}"),
             subject=subject, fix=fix)
+
+
+def _trained(model: FileModel, walk, name: str) -> bool:
+    """A rollout's running total that the update's loss is computed from (A2C's entropy bonus):
+    its graph is needed by that backward, then freed."""
+    return isinstance(walk.function, cst.FunctionDef) and container_key(name, walk.function) in model.trained_in(walk.function)
 
 
 def _trained_buffer(model: FileModel, walk, event: NameStore) -> bool:
