@@ -103,17 +103,19 @@ def _union(members: list[cst.BaseExpression], imports: ImportTable, depth: int):
     return UNKNOWN
 
 
-def isinstance_test(test: cst.BaseExpression) -> tuple[str, cst.BaseExpression, bool] | None:
-    """`isinstance(x, T)` -> ("x", T, True); `not isinstance(x, T)` -> ("x", T, False)."""
+def isinstance_test(test: cst.BaseExpression) -> tuple[str, cst.BaseExpression, bool, cst.BaseExpression] | None:
+    """`isinstance(x, T)` -> ("x", T, True, x); `not isinstance(x, T)` -> ("x", T, False, x); the
+    subject may be a dotted attribute (`isinstance(inp.attn_bias, torch.Tensor)`)."""
     positive = True
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, positive = test.expression, not positive
     if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
         return None
     subject, types = test.args[0].value, test.args[1].value
-    if not isinstance(subject, cst.Name) or any(a.keyword is not None or a.star for a in test.args):
+    name = dotted(subject)  # `x`, or `inp.attn_bias`: the walk keeps dotted names read in a branch
+    if name is None or any(a.keyword is not None or a.star for a in test.args):
         return None
-    return subject.value, types, positive
+    return name, types, positive, subject
 
 
 def narrowed(value: Val, types: cst.BaseExpression, positive: bool, imports: ImportTable) -> Val | None:

@@ -81,7 +81,9 @@ def _python_ast(source: str, path: str) -> ast.Module | Finding | None:
     """CPython's own parse: about 10x cheaper than libcst, and its syntax messages ("'(' was
     never closed") are the ones users know. None: valid Python newer than the one running."""
     try:
-        return compile(source, path, "exec", ast.PyCF_ONLY_AST)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # `"\e"` in the user's strings: not ours to report
+            return compile(source, path, "exec", ast.PyCF_ONLY_AST)
     except SyntaxError as error:
         if _newer_syntax(source):
             return None

@@ -529,6 +529,10 @@ class FileModel:
             bound = {ctx: Val(Kind.CTX)}
             for position, param in enumerate(target.params.params[skip + 1:]):
                 bound[param.name.value] = self._pinned(function, position, self.input_value(param, walker.scan))
+            star = target.params.star_arg
+            if isinstance(star, cst.Param) and star.name.value in walker.scan.tensor_holders:
+                # `forward(ctx, fn, n, *inputs_and_weights)` whose items are used as tensors
+                bound[star.name.value] = Val(Kind.CONTAINER, is_input=True)
             walker.bind_params(bound)
             walker.run()
             for event in walk.of(ReturnValue):
@@ -567,6 +571,8 @@ class FileModel:
             str(annotation.evaluated_value) if isinstance(annotation, cst.SimpleString) else None)
         if name in self._class_names:
             declared = declared.with_(module_class=name)
+        elif isinstance(annotation, (cst.Name, cst.Attribute)) and self.imports.qualify(annotation) in api.TENSOR_SUBCLASS_ATTRIBUTES:
+            declared = declared.with_(module_class=self.imports.qualify(annotation))
         if declared.kind is Kind.UNKNOWN and declared.module_class is None:
             return value
         return value.with_(kind=declared.kind, int64=declared.int64, item=declared.item,
@@ -579,6 +585,8 @@ class FileModel:
     def class_attribute(self, class_name: str, attribute: str) -> Val | None:
         """What the class body (or a base's, in this file) declares an attribute to be:
         `meta: torch.Tensor` beside the methods; None when it declares nothing."""
+        if class_name in api.TENSOR_SUBCLASS_ATTRIBUTES:  # torch's own: `pattern.meta` of a semi-structured tensor
+            return Val(Kind.TENSOR) if attribute in api.TENSOR_SUBCLASS_ATTRIBUTES[class_name] else None
         declared = self._class_attributes.get(class_name)
         if declared is None:
             declared = {}

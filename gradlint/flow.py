@@ -465,11 +465,14 @@ class Walker:
                     self.ev(child)
 
     @contextlib.contextmanager
-    def _narrowing(self, test: tuple[str, cst.BaseExpression, bool] | None, branch: bool):
+    def _narrowing(self, test: tuple[str, cst.BaseExpression, bool, cst.BaseExpression] | None, branch: bool):
         """Inside `if isinstance(k, int):` k is an int; after the `if`, what it was (unless the
         branch rebound it)."""
         name = test[0] if test is not None else None
-        before = self.env.get(name) if name is not None else None
+        had = name is not None and name in self.env
+        before = self.env.get(name) if had else None
+        if before is None and name is not None and "." in name:
+            before = self.ev(test[3])  # `inp.attn_bias`: read it as the branch would
         inside = narrowed(before, test[1], test[2] == branch, self.model.imports) \
             if test is not None and before is not None else None
         if inside is None:
@@ -480,7 +483,10 @@ class Walker:
             yield
         finally:
             if self.env.get(name) is inside:
-                self.env[name] = before
+                if had:
+                    self.env[name] = before
+                else:
+                    del self.env[name]
 
     def _conditional(self, statements) -> set[str]:
         """Walk a block that may not run (a branch, a handler, a case); returns the names it binds

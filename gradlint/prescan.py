@@ -82,6 +82,7 @@ class Prescan:
         self.item_uses: set[str] = set()
         self.unpacked: list[tuple[str, str]] = []  # (target, source): `a, b = source`, `for a in source`
         self.tuple_unpacked: list[tuple[str, str]] = []  # (target, source) of `a, b = source` only
+        self.sliced: list[tuple[str, str]] = []  # (target, source) of `target = source[...]`
         # `return out`: in an autograd forward, the one value returned is the output tensor.
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
@@ -134,6 +135,9 @@ class Prescan:
             self._ifs -= 1
 
     def _assign(self, node: cst.Assign) -> None:
+        # `inputs = args[:n]`: what inputs holds, args holds
+        if isinstance(node.value, cst.Subscript) and isinstance(node.value.value, cst.Name):
+            self.sliced.extend((t.target.value, node.value.value.value) for t in node.targets if isinstance(t.target, cst.Name))
         # `src, dst = edge_index`: if src is used as a tensor, edge_index holds tensors.
         if isinstance(node.value, cst.Name):
             for target in node.targets:
@@ -243,6 +247,11 @@ class Prescan:
         """Names not known as tensors whose items are: indexed or unpacked into tensors."""
         # Unpacked: the target itself used as only a tensor is (not `x * a`: a may be a float).
         holders = self.item_uses | {source for target, source in self.unpacked if target in self.tensor_uses}
+        changed = True
+        while changed:  # `inputs = args[:n]` with inputs holding tensors: so does args
+            extra = {source for target, source in self.sliced if target in holders} - holders
+            holders |= extra
+            changed = bool(extra)
         return frozenset(holders - self.tensor_names - self.scalar_uses)
 
     def _subscript(self, node: cst.Subscript) -> None:

@@ -121,6 +121,15 @@ GRAPH_METHOD_NAME = re.compile(r"loss|encode|decode|embed|logits|training_step|f
 # accelerate's and Fabric's wrappers: they give back the model, optimizer and loaders they are given.
 PREPARING_METHODS = frozenset({"prepare", "prepare_model", "setup", "setup_module", "wrap"})
 
+# torch's tensor subclasses and the inner tensors their instances carry (each `torch.Tensor | None`
+# in the class's annotations, torch 2.13; tests/test_torch_api.py re-reads them).
+_SEMI_STRUCTURED = frozenset({"packed", "meta", "packed_t", "meta_t", "compressed_swizzled_bitmask"})
+TENSOR_SUBCLASS_ATTRIBUTES = {
+    "torch.sparse.SparseSemiStructuredTensor": _SEMI_STRUCTURED,
+    "torch.sparse.SparseSemiStructuredTensorCUTLASS": _SEMI_STRUCTURED,
+    "torch.sparse.SparseSemiStructuredTensorCUSPARSELT": _SEMI_STRUCTURED,
+}
+
 # Container methods that keep what they are given (list.append, dict.setdefault, ...).
 CONTAINER_STORING_METHODS = frozenset({"append", "extend", "insert", "setdefault", "appendleft", "update"})
 SCALAR_CONVERSIONS = frozenset({"int", "float", "bool", "range", "str", "math.ceil", "math.floor"})

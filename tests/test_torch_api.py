@@ -32,3 +32,14 @@ def test_a_process_group_has_size_so_size_proves_nothing():
     from torch._C._distributed_c10d import ProcessGroup
 
     assert hasattr(ProcessGroup, "size") and "size" not in api.TENSOR_PROOF_METHODS
+
+
+def test_the_inner_tensors_of_torchs_subclasses_are_what_their_annotations_say():
+    import typing
+
+    for qualified, attributes in api.TENSOR_SUBCLASS_ATTRIBUTES.items():
+        module, _, name = qualified.rpartition(".")
+        cls = getattr(__import__(module, fromlist=[name]), name)
+        hints = typing.get_type_hints(cls)
+        tensors = {a for a, hint in hints.items() if torch.Tensor in typing.get_args(hint) or hint is torch.Tensor}
+        assert attributes == tensors, qualified
