@@ -15,7 +15,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.annotations import annotated_value
-from gradlint.flow import (_SCALAR_LIKE, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
+from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import trained_and_emptied, trained_names
@@ -111,6 +111,9 @@ class FileModel:
         self._int64_outputs: dict[str, bool] = {}
         self._class_attributes: dict[str, dict[str, Val]] = {}
         self._trained_in: dict[int, set[str]] = {}
+        self._single_walks: dict[int, Walk] = {}
+        self._loops: dict[int, object] = {}
+        self._names: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
         self.function_classes, self.module_classes = self._classify()
         self.function_class_names = {f.name for f in self.function_classes}
@@ -1044,6 +1047,35 @@ class FileModel:
             result.append(self._plain_walk(function, role, frozenset(closure)))
         # Helpers walked with a caller's graph-attached arguments (findings on one line report once).
         return result + self._call_walks
+
+    def names_in(self, node: cst.CSTNode) -> frozenset[str]:
+        """Every plain name under a node (read or bound), read once per node of this file."""
+        found = self._names.get(id(node))
+        if found is None:
+            found = self._names[id(node)] = frozenset(n.value for n in _names_in(node))
+        return found
+
+    def loop_info(self, node: cst.For | cst.While, scan: Prescan):
+        """flow's Loop for a loop statement, read once (a loop walked again, or in each walk of its
+        function, asks again)."""
+        found = self._loops.get(id(node))
+        if found is None:
+            found = self._loops[id(node)] = _loop_info(node, scan, self.names_in)
+        return found
+
+    def walk_of(self, function: cst.FunctionDef | None) -> Walk:
+        """The plain walk of one def (None: the module's top level), without walking the rest of
+        the file: a rule that asks about a few calls walks only the functions they are in."""
+        key = id(function) if function is not None else id(self.module)
+        found = self._single_walks.get(key)
+        if found is None:
+            if function is None:
+                found = self._plain_walk(self.module, FunctionRole("module"))
+            else:
+                owner = next((o for f, o, _ in self._all_functions if f is function), None)
+                found = self._plain_walk(function, self._role(function, owner))
+            self._single_walks[key] = found
+        return found
 
     @cached_property
     def _storing_defs(self) -> set[str]:

@@ -205,10 +205,11 @@ class Walk:
         return bool(v.view_of & self.output_bindings) and not self.is_output(v)
 
 
-def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
+def _loop_info(node: cst.For | cst.While, scan: Prescan, names=None) -> Loop:
+    """`names(node)`: the plain names under a node (FileModel.names_in reads each node once)."""
     iterable = node.iter if isinstance(node, cst.For) else node.test
     iter_text = code(iterable)
-    fresh = _fresh_names(node.body.body)
+    fresh = _fresh_names(node.body.body, names=names or (lambda n: {x.value for x in _names_in(n)}))
     if isinstance(node, cst.For):
         fresh |= set(target_names(node.target))
     fresh -= scan.declared_global | scan.declared_nonlocal
@@ -217,32 +218,33 @@ def _loop_info(node: cst.For | cst.While, scan: Prescan) -> Loop:
                 is_rollout=not step and id(node) in scan.rollout_loops)
 
 
-def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False) -> set[str]:
+def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False, names=None) -> set[str]:
     """Names every iteration binds anew: assigned unconditionally in the loop body, not from
     their own old value. `total = total + loss` and a periodic reset under an `if` both leave
     `total` carrying values from one iteration to the next; so does a reset that a `continue`
     before it (or an exception in its `try`) can skip, once the body has read the old value.
     (`if bad: continue` then `outs = []` still makes `outs` anew before any use.)"""
     read = set() if read is None else read
+    names = names or (lambda n: {x.value for x in _names_in(n)})
     fresh: set[str] = set()
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.Assign):
-                    value_reads = {n.value for n in _names_in(small.value)}
+                    value_reads = names(small.value)
                     for target in small.targets:
                         fresh.update(n for n in target_names(target.target)
                                      if n not in value_reads and not (leaving and n in read))
                 elif isinstance(small, cst.AnnAssign) and small.value is not None:
                     fresh.update(n for n in target_names(small.target) if not (leaving and n in read))
         elif isinstance(statement, cst.With):
-            fresh |= _fresh_names(statement.body.body, read, leaving)
+            fresh |= _fresh_names(statement.body.body, read, leaving, names)
             for item in statement.items:
                 if item.asname is not None:
                     fresh.update(target_names(item.asname.name))
         elif isinstance(statement, (cst.Try, cst.TryStar)):
-            fresh |= _fresh_names(statement.body.body, read, leaving=True)
-        read.update(n.value for n in _names_in(statement))
+            fresh |= _fresh_names(statement.body.body, read, True, names)
+        read.update(names(statement))
         leaving = leaving or may_leave_the_iteration(statement)
     return fresh
 
@@ -292,24 +294,15 @@ def _detaches(function: cst.FunctionDef) -> bool:
         for n in descendants(function.body))
 
 
-_READ_NAMES: dict[int, frozenset[str]] = {}
-
-
-def _read_names(body: cst.CSTNode) -> frozenset[str]:
-    """Every plain name in a block (read or bound: enough to ask whether a loop body uses one)."""
-    found = _READ_NAMES.get(id(body))
-    if found is None:
-        found = _READ_NAMES[id(body)] = frozenset(n.value for n in _names_in(body))
-    return found
-
-
 def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
-    if isinstance(expr, cst.Name):
-        yield expr
-        return
-    for child in expr.children:
-        if isinstance(child, cst.CSTNode):
-            yield from _names_in(child)
+    """The Name nodes under a node (nested defs included), by plain attribute reads."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Name:
+            yield node
+        else:
+            stack.extend(child_nodes(node))
 
 
 def _int_literal(expr: cst.BaseExpression) -> int | None:
@@ -510,7 +503,7 @@ class Walker:
             this_pass.fresh |= names
 
     def _loop(self, node: cst.For | cst.While) -> None:
-        loop = _loop_info(node, self.scan)
+        loop = self.model.loop_info(node, self.scan)
         iterable = self.ev(node.iter if isinstance(node, cst.For) else node.test)
         self.loops.append(loop)
         self._condition_depth += 1
@@ -521,7 +514,7 @@ class Walker:
         # comes back graph-attached (`x = self.layers[i](x)`) holds a graph in every later pass:
         # walk the body again from there, and keep that pass's events.
         grown = {name for name, value in self.env.items() if value.holds_graph()
-                 and not (before.get(name) or UNKNOWN).holds_graph() and name in _read_names(node.body)}
+                 and not (before.get(name) or UNKNOWN).holds_graph() and name in self.model.names_in(node.body)}
         if grown and self._rewalks < self.MAX_REWALKS:
             del self.walk.events[start:]
             self.env = {**before, **{name: self.env[name] for name in grown}}

@@ -88,28 +88,48 @@ def _blocks(node: ast.stmt) -> list[ast.stmt]:
 
 
 def stores_on_self_in(tree: ast.Module, method: str) -> bool:
-    """A class with a `method` whose methods (any but `__init__`: `method` may call them) assign
-    to their first parameter's attributes, call a container method or setattr on one, or declare
-    a global."""
+    """A `method` of a class with bases, or a method it calls by name (of any class of the file,
+    transitively: FileModel.runs_in_forward asks the same), that assigns to its first parameter's
+    attributes, calls a container method or setattr on one, or declares a global."""
+    by_name: dict[str, list[ast.FunctionDef]] = {}
+    todo: list[ast.FunctionDef] = []
     for cls in _classes(tree):
-        if not cls.bases or not any(isinstance(f, ast.FunctionDef) and f.name == method for f in cls.body):
-            continue
         for function in cls.body:
-            if isinstance(function, ast.FunctionDef) and function.name != "__init__" and function.args.args:
-                owner = function.args.args[0].arg
-                for node in ast.walk(function):
-                    if isinstance(node, ast.Global):
-                        return True
-                    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                        if any(_rooted_at(t, owner) for t in targets):
-                            return True
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                            and node.func.attr in CONTAINER_STORING_METHODS and _rooted_at(node.func.value, owner):
-                        return True
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
-                            and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == owner:
-                        return True
+            if isinstance(function, ast.FunctionDef):
+                by_name.setdefault(function.name, []).append(function)
+                if function.name == method and cls.bases:
+                    todo.append(function)
+    seen: set[int] = set()
+    while todo:
+        function = todo.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        if function.args.args and _stores_on(function, function.args.args[0].arg):
+            return True
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                    node.func.id if isinstance(node.func, ast.Name) else None
+                if called not in (None, "__init__", method):
+                    todo.extend(by_name.get(called, ()))
+    return False
+
+
+def _stores_on(function: ast.FunctionDef, owner: str) -> bool:
+    for node in ast.walk(function):
+        if isinstance(node, ast.Global):
+            return True
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_rooted_at(t, owner) for t in targets):
+                return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in CONTAINER_STORING_METHODS and _rooted_at(node.func.value, owner):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == owner:
+            return True
     return False
 
 

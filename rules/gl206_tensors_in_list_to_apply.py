@@ -155,35 +155,45 @@ def run(a, b):
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         containers_by_function: dict[int, set[str]] = {}
-        reported: set[int] = set()
-        for walk in model.walks:
-            function_node = walk.function if isinstance(walk.function, cst.FunctionDef) else None
-            for event in walk.of(FunctionApplied):
-                call, name = event.call, event.function_name
-                if id(call) in reported or any(arg.star for arg in call.args):
-                    continue  # tensors also passed unpacked: the container is taken to be a non-tensor argument
-                key = id(function_node)
-                if key not in containers_by_function:
-                    containers_by_function[key] = container_names(function_node, model.module)
-                containers = containers_by_function[key]
-                # A container of index tensors is fine as one argument of a forward that takes it as
-                # one; with fewer arguments than forward's inputs it was meant to be unpacked.
-                function = model.function_class(name)
+        candidates: dict[int, tuple] = {}  # the defs whose apply calls pass a container display
+        for site in model.call_sites:
+            name = model.function_class_call(site.call, "apply")
+            if name is None or any(arg.star for arg in site.call.args):
+                continue  # tensors also passed unpacked: the container is taken to be a non-tensor argument
+            key = id(site.function)
+            if key not in containers_by_function:
+                containers_by_function[key] = container_names(site.function, model.module)
+            function = model.function_class(name)
+            inputs = function.forward_inputs if function is not None else None
+            # A container of index tensors is fine as one argument of a forward that takes it as
+            # one; with fewer arguments than forward's inputs it was meant to be unpacked.
+            short = inputs is not None and len(site.call.args) < len(inputs)
+            if any(arg.keyword is None and (_may_hold_tensors(arg.value, indexes=not short) or (
+                    isinstance(arg.value, cst.Name) and arg.value.value in containers_by_function[key]))
+                   for arg in site.call.args):
+                candidates.setdefault(key, (site.function, set()))[1].add(id(site.call))
+        for function_node, calls in candidates.values():
+            # What each argument is, as the analysis reads it where the call is made.
+            for event in model.walk_of(function_node).of(FunctionApplied):
+                if id(event.call) not in calls:
+                    continue
+                calls.discard(id(event.call))
+                function = model.function_class(event.function_name)
                 inputs = function.forward_inputs if function is not None else None
-                short = inputs is not None and len(call.args) < len(inputs)
+                short = inputs is not None and len(event.call.args) < len(inputs)
+                containers = containers_by_function[id(function_node)]
                 for position, (arg, value) in enumerate(event.arguments):
-                    if arg.keyword is not None:
-                        continue
                     expr = arg.value
-                    if not (_may_hold_tensors(expr, indexes=not short) or (isinstance(expr, cst.Name) and expr.value in containers)):
+                    if arg.keyword is not None or not (_may_hold_tensors(expr, indexes=not short) or (
+                            isinstance(expr, cst.Name) and expr.value in containers)):
                         continue
                     # Only a container known to hold a tensor (`[w, w.t()]`), or one whose forward uses
                     # what it gets there as tensors (`torch.cat(xs)`): a list of enum values or shapes
                     # handed on to a kernel is none.
                     if not (any(m.is_tensor for m in value.members()) or _forward_uses_as_tensors(model, function, position)):
                         continue
-                    reported.add(id(call))
-                    yield Hit(call, (
+                    name = event.function_name
+                    yield Hit(event.call, (
                         f"{name}.apply gets tensors inside a container: autograd does not see them, so no "
                         "gradient reaches them (no error, measured torch 2.13; the output requires grad only "
                         f"through tensors passed as arguments of their own); pass each tensor as its own argument "

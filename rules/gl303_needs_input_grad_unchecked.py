@@ -38,25 +38,62 @@ class _Backward:
         self.ctx_passed = False  # ctx handed to a helper, which may read needs_input_grad
         self.none_names: set[str] = set()
         assigned: dict[str, list[cst.BaseExpression]] = {}
+        # One fused call makes them all: `dx, dw = _C.linear_backward(...)`, or buffers
+        # (`dx = torch.empty_like(x)`) it is handed to fill (`kernel[grid](g, x, w, dx, dw)`).
+        self.made_by: dict[str, int] = {}
+        self.buffers: set[str] = set()
+        self.filled_by: dict[str, set[int]] = {}
         for node in _nodes(backward):
             if isinstance(node, cst.Assign):
                 for target in node.targets:
                     if isinstance(target.target, cst.Name):
                         assigned.setdefault(target.target.value, []).append(node.value)
+                        if isinstance(node.value, cst.Call) and _allocates(node.value):
+                            self.buffers.add(target.target.value)
+                    elif isinstance(target.target, (cst.Tuple, cst.List)) and isinstance(node.value, cst.Call):
+                        for element in target.target.elements:
+                            if isinstance(element.value, cst.Name):
+                                self.made_by[element.value.value] = id(node.value)
             elif isinstance(node, cst.Call):
                 self.ctx_passed = self.ctx_passed or any(
                     isinstance(arg.value, cst.Name) and arg.value.value == self.ctx for arg in node.args)
+                for arg in node.args:
+                    if isinstance(arg.value, cst.Name):
+                        self.filled_by.setdefault(arg.value.value, set()).add(id(node))
         for name, values in assigned.items():
             if any(_is_none(v) for v in values):
                 self.none_names.add(name)  # `grad_w = None` then computed under some other test
             elif all(isinstance(v, cst.Name) and v.value in self.passthrough for v in values):
                 self.passthrough.add(name)
 
+    def fused(self, values: list[cst.BaseExpression]) -> bool:
+        """Whether every computed gradient comes from one call: checking needs_input_grad could not
+        skip any of the work, only ask the kernel for less."""
+        names = [v.value for v in values if self.computed(v) and isinstance(v, cst.Name)]
+        if len(names) < 2 or len(names) != sum(self.computed(v) for v in values):
+            return False
+        makers = {self.made_by.get(n) for n in names}
+        if None not in makers and len(makers) == 1:
+            return True
+        if all(n in self.buffers for n in names):
+            common = set.intersection(*(self.filled_by.get(n, set()) for n in names))
+            return bool(common)
+        return False
+
     def computed(self, expr: cst.BaseExpression) -> bool:
         """A gradient backward works for: not None, not an incoming gradient passed through (or negated)."""
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
             expr = expr.expression
         return not _is_none(expr) and not (isinstance(expr, cst.Name) and expr.value in self.passthrough)
+
+
+_ALLOCATING = frozenset({"empty", "zeros", "empty_like", "zeros_like", "new_empty", "new_zeros"})
+
+
+def _allocates(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name in _ALLOCATING
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:
@@ -80,7 +117,9 @@ Flags a custom autograd Function's `backward` (a Function subclass, or a backwar
 Not reported: backwards that return at most one computed gradient; incoming gradients returned
 as they are (`return grad, grad`, `return grad, -grad`); gradients set to `None` somewhere in
 backward (computed under a test of their own); backwards that hand `ctx` to a helper, which may
-check; returns that are not a tuple literal. Off by default: enable it with `--select GL303`.
+check; returns that are not a tuple literal; gradients that all come from one fused call
+(`dx, dw = _ext.backward(...)`, or buffers one kernel fills: `kernel[grid](g, x, dx, dw)`), where
+a check could not skip any work. Off by default: enable it with `--select GL303`.
 
 ## Why is this bad?
 autograd calls backward whenever any input needs a gradient, and each gradient is computed even
@@ -109,6 +148,32 @@ def backward(ctx, grad_out):
 ```
 """
     VALID = (
+        # One fused kernel gives every gradient (unpacked, or into buffers it fills).
+        """
+import torch
+class FusedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        dx, dw = _ext.linear_backward(grad, x, weight)
+        return dx, dw
+class FusedNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        dw = torch.zeros_like(w)
+        _norm_bwd_kernel[(x.shape[0],)](grad, x, w, dx, dw)
+        return dx, dw
+""",
         """
 import torch
 class Linear(torch.autograd.Function):
@@ -231,6 +296,8 @@ scale_shift.register_autograd(scale_shift_backward, setup_context=setup_context)
                     continue
                 if any(isinstance(v, cst.Name) and v.value in body.none_names for v in values):
                     break  # gradients computed under a test of their own
+                if body.fused(values):
+                    continue  # one fused kernel computes them all
                 most = max(most, sum(body.computed(v) for v in values))
             else:
                 if most >= 2:
