@@ -65,6 +65,8 @@ class Loop:
     # Steps an environment (`env.step(action)`) and trains nothing: a rollout, one env step per
     # iteration; a graph kept from one to the next is kept for nothing unless backward uses it.
     is_rollout: bool = False
+    # Holds a training loop of its own: its body outside that loop runs once per epoch.
+    per_epoch: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def _loop_info(node: cst.For | cst.While, scan: Prescan, names=None) -> Loop:
     fresh -= scan.declared_global | scan.declared_nonlocal
     step = id(node) in scan.step_loops or bool(api.TRAINING_ITERABLE.search(iter_text))
     return Loop(node=node, is_step_loop=step, fresh_names=frozenset(fresh),
-                is_rollout=not step and id(node) in scan.rollout_loops)
+                is_rollout=not step and id(node) in scan.rollout_loops, per_epoch=id(node) in scan.epoch_loops)
 
 
 def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False, names=None) -> set[str]:

@@ -27,7 +27,10 @@ def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
         loops = where.loops
         fresh_in = [i for i, loop in enumerate(loops) if name in loop.fresh_names]
         inner = loops[fresh_in[-1] + 1:] if fresh_in else loops
-        if any(loop.is_step_loop for loop in inner):
+        training = [loop for loop in inner if loop.is_step_loop]
+        if training and training[-1].per_epoch:
+            return None  # stored once per epoch, between the epochs' steps: no per-step accumulation
+        if training:
             return "a variable created before the training loop"
         if any(loop.is_rollout for loop in inner):
             return "a variable created before the rollout loop, which keeps every environment step's graph"

@@ -87,6 +87,9 @@ class Prescan:
         self.single_returns: set[str] = set()
         self.step_loops: set[int] = set()  # ids of loops whose body calls backward/step/zero_grad
         self.rollout_loops: set[int] = set()  # ids of loops that step an environment (`env.step(a)`)
+        self.all_loops: list[cst.CSTNode] = []
+        self.loop_parent: dict[int, int | None] = {}  # a loop's id -> the id of the loop it is in
+        self.optimizer_loops: set[int] = set()  # the innermost loop around each `opt.step()`
         # Anything that can keep a value past the statement: attribute or subscript stores,
         # `+=`, a name bound in a loop, container methods, setattr, globals. A function with none yields no events
         # a rule asks about except returns, so ordinary walks skip it.
@@ -124,6 +127,8 @@ class Prescan:
             note(self, node)
         is_loop = kind is cst.For or kind is cst.While
         if is_loop:
+            self.loop_parent[id(node)] = id(self._loops[-1]) if self._loops else None
+            self.all_loops.append(node)
             self._loops.append(node)
         if kind is cst.If:
             self._ifs += 1
@@ -233,6 +238,20 @@ class Prescan:
         return frozenset(names)
 
     @cached_property
+    def epoch_loops(self) -> frozenset[int]:
+        """Loops with a training loop inside them (one that steps an optimizer or goes over a
+        loader): what they run outside the inner loop runs once per epoch, not once per step."""
+        found: set[int] = set()
+        for loop in self.all_loops:
+            header = loop.iter if isinstance(loop, cst.For) else loop.test
+            if id(loop) in self.optimizer_loops or api.TRAINING_ITERABLE.search(_text(header)):
+                parent = self.loop_parent.get(id(loop))
+                while parent is not None:
+                    found.add(parent)
+                    parent = self.loop_parent.get(parent)
+        return frozenset(found - self.optimizer_loops)  # a loop that steps itself is a step loop
+
+    @cached_property
     def tuple_sources(self) -> frozenset[str]:
         """Names unpacked into several targets (`a, b = source`): they hold a fixed number of things."""
         return frozenset(source for _, source in self.tuple_unpacked)
@@ -334,6 +353,8 @@ class Prescan:
                 self.calls_backward = True
             if api.makes_a_step(method, dotted(func.value)):
                 self.step_loops.update(id(loop) for loop in self._loops)
+                if method == "step" and self._loops:
+                    self.optimizer_loops.add(id(self._loops[-1]))
             elif method == "step" and api.steps_a_simulator(dotted(func.value)):
                 # `envs.step(action)`: one iteration of the loop around it is one environment step
                 self.rollout_loops.update(id(loop) for loop in self._loops[-1:])
@@ -401,6 +422,10 @@ _NOTES = {
     cst.Return: Prescan._return,
     cst.Del: Prescan._del,
 }
+
+
+def _text(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
 
 
 # Triton's functions whose first argument is a pointer (a tensor at the launch).

@@ -93,6 +93,17 @@ expects a tensor, or calls backward through what it kept, changes. Offered for `
 `insert` and `container[key] = value`.
 """
     VALID = (
+        # One store per epoch, between the epochs' steps: no per-step accumulation.
+        """
+def fit(model, loader, optimizer, epochs):
+    history = []
+    for epoch in range(epochs):
+        for x, y in loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        history.append(model(x).mean())
+""",
         # A2C: the rollout's log-probs and values are what the update's loss backwards through.
         """
 import torch
