@@ -98,12 +98,21 @@ What torch 2.13 does, measured:
   place after forward and backward silently computes wrong gradients), and it stays alive after
   backward for as long as the graph is referenced; `save_for_backward` frees it in backward.
 
-Python scalars, shapes, dtypes and bools on ctx are fine and never reported: a forward input
-counts as a tensor only when forward uses it as only a tensor is used (`w.t()`, `x.mm(w)`, saved
-for backward), or backward does so with the attribute (`ctx.w.t()`); `x * slope` alone says
-nothing (a float passes too), nor does `.shape` in backward (a NumPy array has one). An input
-known only through `.shape`/`.dtype`/`.device` is reported but not rewritten by the fix. An input or intermediate on ctx is a warning (a correctness risk);
-the Function's own output or a view of it is an error (a leak).
+Python scalars, shapes, dtypes and bools on ctx are fine and never reported (`bias is not None`,
+`k in cache`, `not x`, `isinstance(...)` are bools whatever `x` is). A forward input counts as a
+tensor only when the file shows it is one: forward uses it as only a tensor is used (`w.t()`,
+`x.size(1)`, `x.add_(...)`, saved for backward; not `.size()`, `.view()`, `.sum()`, `.to()`,
+which a process group, a NumPy array or a module has too), a helper of the file or a Triton kernel
+it launches uses it so (`tl.load(ptr + offs)` outside an `if`), its annotation says so
+(`Tensor` and `Optional[Tensor]` yes; `Union[int, Tensor]` no; `List[Tensor]` is a container of
+tensors: reported, never fixed), every caller in the file passes a tensor-annotated argument, or
+backward uses the attribute as a tensor (`ctx.w.t()`); `isinstance(x, int)` narrows inside its
+branch. `x * slope` alone says nothing (a float passes too), nor does `.shape` in backward (a
+NumPy array has one). A value that is a tensor or None (`t if cond else None`) counts as a
+tensor: save_for_backward takes None. An input known only through `.shape`/`.dtype`/`.device`
+is reported but not rewritten by the fix. An input or intermediate on ctx is a warning (a
+correctness risk); the Function's own output or a view of it is an error (a leak), unless it is
+an integer or non-differentiable output (no grad_fn, no cycle).
 
 ## Example
 ```python

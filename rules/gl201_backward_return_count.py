@@ -142,9 +142,12 @@ class BackwardReturnCount(Rule):
 ## What it does
 Counts the values each `return` of an autograd Function's `backward` gives and compares them
 with forward's inputs (ctx excluded; with `setup_context`, all of forward's parameters; for a
-`torch.library.custom_op`, the op's parameters). Fewer values than forward's required inputs,
-or extra values that are not `None`, are reported. Returns that cannot be counted statically
-(a call, `*starred`, `tuple(...)`) and forwards taking `*args`/`**kwargs` are skipped.
+`torch.library.custom_op`, the op's parameters). Fewer values than forward's required inputs
+(and than the arguments a call of `.apply` in the file passes: a defaulted input it passes needs
+a gradient too), or extra values that are not `None`, are reported. A backward with no `return`
+at all returns one `None`: reported on its `def` when forward takes two or more inputs. Returns
+that cannot be counted statically (a call, `*starred`, `tuple(...)`), returns after an
+unconditional one (dead code), and forwards taking `*args`/`**kwargs` are skipped.
 
 ## Why is this bad?
 torch checks the count only when backward finally runs, often hours into training or only on the

@@ -95,7 +95,9 @@ or dict argument, written in place (`MyFn.apply([x, y])`) or bound to a name in 
 *grads)`) is taken to pass its tensors that way and is not reported, and so is a display that can
 hold nothing to differentiate: literals, True/False/None, names used for sizes and options, and
 names of index tensors (`(3, 3, 3)`, `(kernel_size, stride)`, `{"mode": "sum"}`,
-`(in_idx, out_idx, counts)`).
+`(in_idx, out_idx, counts)`). A container is reported only when it is known to hold a tensor
+(`[w, w.t()]`) or forward uses what it receives there as tensors (`torch.cat(xs)`,
+`xs[0].contiguous()`): a list of enum values or options handed on to a kernel is not.
 
 ## Why is this bad?
 Measured on torch 2.13: autograd only tracks tensors passed as arguments themselves. Tensors inside

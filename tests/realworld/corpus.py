@@ -39,7 +39,7 @@ except ModuleNotFoundError:  # Python 3.10
 HERE = Path(__file__).resolve().parent
 # packages.toml: the current releases; history.toml: older releases, the "before" of real bug
 # fixes; any other *.toml here: more packages, one file per labeller that added them.
-PACKAGE_FILES = tuple(sorted(HERE.glob("*.toml")))
+PACKAGE_FILES = tuple(sorted(p for p in HERE.glob("*.toml") if p.name != "gradcheck.toml"))
 # One CSV per group of packages (each written by one labeller); the corpus is all of them.
 LABELS_DIR = HERE / "labels"
 
