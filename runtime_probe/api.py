@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import signals
 from .attribute import Holder
@@ -38,7 +37,12 @@ class ProbeReport:
     cuda_bytes_per_step: float | None = None
     holders: list[Holder] = field(default_factory=list)
     error: StepError | None = None
+    # When a step failed: the verdict of the steps measured before it, and why; the growth, the
+    # holders and the countdown above are theirs (a leak that ran the memory out is seen here).
+    measured_verdict: Verdict | None = None
+    measured_reason: str = ""
     interrupted: bool = False
+    interrupted_by: str = ""  # the signal that stopped the run ("SIGTERM"); "" for a KeyboardInterrupt
     run: Run | None = field(default=None, repr=False)
 
     @property
@@ -94,11 +98,30 @@ def assess(run: Run, name: str, device: str) -> ProbeReport:
     common = dict(name=name, steps_done=run.steps_done, steps_requested=run.steps_requested, warmup=run.warmup,
                   gc_every=run.gc_every, track_every=run.track_every, device=device, step_peak_bytes=peak, median_step_ms=step_ms,
                   tracked_step_ms=tracked_ms,
-                  error=run.error, interrupted=run.interrupted, run=run)
-    if run.error is not None:
-        return ProbeReport(verdict=Verdict.ERROR, reason=f"step {run.error.step} raised {run.error.exception}",
-                           bytes_per_step=0.0, graph_nodes_per_step=0.0, confidence=1.0, steps_to_oom=None,
-                           heap_bytes_per_step=None, **common)
+                  error=run.error, interrupted=run.interrupted, interrupted_by=run.interrupted_by, run=run)
+    if run.error is None:
+        return _assess(run, device, common)
+    return _failed(run.error, _assess(run, device, common) if run.steps_done > run.warmup else None, common)
+
+
+def _failed(error: StepError, measured: ProbeReport | None, common: dict) -> ProbeReport:
+    """The error verdict, over what the steps before the failed one measured (None: only warm-up ran)."""
+    what = f"ran out of memory ({error.exception})" if error.out_of_memory else f"raised {error.exception}"
+    reason = f"step {error.step} {what}"
+    if measured is None:
+        return ProbeReport(verdict=Verdict.ERROR, reason=reason, bytes_per_step=0.0, graph_nodes_per_step=0.0,
+                           confidence=1.0, steps_to_oom=None, heap_bytes_per_step=None, **common)
+    if error.out_of_memory and measured.verdict.is_leak:
+        nodes = f" +{measured.graph_nodes_per_step:.1f} nodes/step" if measured.graph_nodes_per_step else ""
+        reason += (f"; the steps before it leak {measured.bytes_per_step:.0f} B/step{nodes} "
+                   f"({measured.verdict.value}): a likely cause")
+    # Out of memory already, the countdown to it is moot.
+    return replace(measured, verdict=Verdict.ERROR, reason=reason, confidence=1.0,
+                   measured_verdict=measured.verdict, measured_reason=measured.reason,
+                   steps_to_oom=None if error.out_of_memory else measured.steps_to_oom)
+
+
+def _assess(run: Run, device: str, common: dict) -> ProbeReport:
     measured = run.steps_done - run.warmup
     # Bytes are counted on tracked steps only, so they are normalised by tracked steps.
     tracked = max(1, run.tracked_between(run.warmup, run.steps_done))

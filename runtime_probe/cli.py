@@ -1,7 +1,8 @@
 """`gradlint probe`: argument parsing and exit codes over the probe's functions.
 
 Importing this module must not import torch: `gradlint check` imports the CLI at start-up.
-Exit codes: 0 no leak, 1 a leak or a failed step, 2 usage error, 130 interrupted with no leak seen.
+Exit codes: 0 no leak, 1 a leak or a failed step, 2 usage error, 130 interrupted (Ctrl-C) and 143
+stopped by SIGTERM with no leak seen.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import click
 from click.core import ParameterSource
 
 from gradlint import usage_errors
+
+from . import interrupt
 
 
 def _fail(message: str) -> None:
@@ -95,6 +98,22 @@ def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_
 
     With no TARGET, probe the bundled scenarios: the self-test of static rules against runtime.
     """
+    # SIGTERM (a scheduler's time limit) stops the run like Ctrl-C, with the partial report. Caught
+    # here is a stop outside the run (torch's import, the report's printing): one line, not click's
+    # "Aborted!" and exit 1.
+    with interrupt.handling():
+        try:
+            _probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet)
+        except KeyboardInterrupt as stop:
+            _stopped(interrupt.signal_name(stop), "")
+
+
+def _stopped(signal_name: str, where: str) -> None:
+    click.echo(f"gradlint probe: {interrupt.describe(signal_name)}{where}", err=True)
+    sys.exit(interrupt.exit_code(signal_name))
+
+
+def _probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet) -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -133,8 +152,11 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
 
     try:
         loaded = load_target(spec)
+        interrupt.check()
     except TargetError as why:
         _fail(str(why))
+    except KeyboardInterrupt as stop:
+        _stopped(interrupt.signal_name(stop), f" while importing {spec.rpartition(':')[0]}: no step ran")
     on_step, bar = _progress(quiet, steps, "probing")
     try:
         report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec,
@@ -142,15 +164,28 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
-    rows = cross_check(report, static_findings(files_involved(report, loaded.file)))
+    stopped = report.interrupted_by if report.interrupted else None
+    try:
+        if not report.interrupted:
+            interrupt.check()  # a stop whose exception the final analysis lost
+        rows = cross_check(report, static_findings(files_involved(report, loaded.file)))
+    except KeyboardInterrupt as stop:
+        # The measurement is done: the report is printed without the static side.
+        rows, stopped = [], interrupt.signal_name(stop)
+        skipped = True
+    else:
+        skipped = False
     click.echo(render.report_text(report), nl=False)
     if rows:
         click.echo("cross-check with gradlint check:")
         click.echo(render.table_text(rows), nl=False)
+    if skipped:
+        click.echo(f"gradlint probe: {interrupt.describe(stopped)} before the cross-check with gradlint check: "
+                   "the report above has none", err=True)
     _outputs([report], rows, json_file, plot_file, render)
     if report.verdict.is_leak or report.error is not None:
         return 1, [report]
-    return (130 if report.interrupted else 0), [report]
+    return (interrupt.exit_code(stopped) if stopped is not None else 0), [report]
 
 
 def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render):
@@ -194,8 +229,9 @@ def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file
     failed = [r.name for r in results if not r.passed]
     reports = [r.report for r in results]
     if interrupted:
-        click.echo(f"interrupted: {len(results)} of {len(NAMES)} scenarios ran", err=True)
-        return 130, reports
+        by = results[-1].report.interrupted_by
+        click.echo(f"{interrupt.describe(by)}: {len(results)} of {len(NAMES)} scenarios ran", err=True)
+        return interrupt.exit_code(by), reports
     click.echo(f"\n{len(results) - len(failed)} of {len(results)} scenarios match what they declare"
                + (f"; mismatched: {', '.join(failed)}" if failed else ""))
     return (1 if failed else 0), reports

@@ -99,8 +99,10 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
         used.update(hits)
         rows.append(Row(subject or "(step)", None, 0.0, "error", static_text(hits),
                         CONFIRMED if hits else RUNTIME_ONLY, f"step {report.error.step}: {report.error.exception}", scenario))
-    if report.verdict.is_leak and not report.holders:
-        rows.append(Row("(unnamed)", report.bytes_per_step, report.graph_nodes_per_step, report.verdict.value, "-",
+    leaked = report.verdict.is_leak or (report.measured_verdict is not None and report.measured_verdict.is_leak)
+    if leaked and not report.holders:
+        rows.append(Row("(unnamed)", report.bytes_per_step, report.graph_nodes_per_step,
+                        (report.measured_verdict or report.verdict).value, "-",
                         RUNTIME_ONLY, "no holder could be named", scenario))
     for i, f in enumerate(findings):
         if i in used:

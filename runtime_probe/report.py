@@ -32,13 +32,21 @@ def report_text(report: ProbeReport) -> str:
              f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every}"
              + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "") + ")"]
     if report.interrupted:
-        lines.append(f"  interrupted after step {report.steps_done}: a partial report")
+        by = f" by {report.interrupted_by}" if report.interrupted_by else ""
+        lines.append(f"  interrupted{by} after step {report.steps_done}: a partial report")
     lines.append(f"  verdict: {report.verdict.value}" + (
         f"  {_growth(report.bytes_per_step, report.graph_nodes_per_step)}  confidence {report.confidence:.2f}"
         if report.verdict.is_leak else ""))
     lines.append(f"  why: {report.reason}")
     if report.error is not None:
         lines.append(f"  step {report.error.step} raised at {report.error.where or '?'}: {report.error.exception}")
+    if report.measured_verdict is not None:
+        # What the steps before the failed one showed: the holders below are theirs.
+        growth = (f"  {_growth(report.bytes_per_step, report.graph_nodes_per_step)}"
+                  if report.measured_verdict.is_leak else "")
+        lines.append(f"  measured before step {report.error.step} (a partial report): "
+                     f"{report.measured_verdict.value}{growth}")
+        lines.append(f"    why: {report.measured_reason}")
     if report.cuda_bytes_per_step is not None:
         lines.append(f"  cuda allocator (torch.cuda.memory_allocated after collection): "
                      f"{report.cuda_bytes_per_step:+,.0f} B/step")
@@ -99,7 +107,10 @@ def report_dict(report: ProbeReport) -> dict:
         "heap_bytes_per_step": report.heap_bytes_per_step,
         "cuda_bytes_per_step": report.cuda_bytes_per_step,
         "interrupted": report.interrupted,
+        "interrupted_by": report.interrupted_by,
         "error": asdict(report.error) if report.error else None,
+        "measured_verdict": report.measured_verdict.value if report.measured_verdict else None,
+        "measured_reason": report.measured_reason,
         "holders": [asdict(h) for h in report.holders],
         "series": {
             "live_bytes": run.live_bytes if run else [],

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import graph, signals
+from . import graph, interrupt, signals
 from .attribute import Holder, display_path, find_holders
 from .stride import StridePlan
 from .tracker import LiveStorageTracker, StorageRecord
@@ -26,8 +26,9 @@ from .verdict import leak_start
 @dataclass
 class StepError:
     step: int
-    exception: str  # "RuntimeError: function FewerBackward returned an incorrect number of gradients ..."
+    exception: str  # one line: "RuntimeError: function FewerBackward returned an incorrect number of gradients ..."
     where: str  # the last user frame: "file.py:12"
+    out_of_memory: bool = False  # MemoryError, torch's OutOfMemoryError, or an allocator's "out of memory"
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Run:
     collections: list[Collection] = field(default_factory=list)
     error: StepError | None = None
     interrupted: bool = False
+    interrupted_by: str = ""  # the signal that stopped the run ("SIGTERM"); "" for a KeyboardInterrupt raised by code
     node_ranges: list[tuple[int, int]] = field(default_factory=list)  # tracked steps' autograd sequence numbers
     survivor_steps: set[int] = field(default_factory=set)
     survivor_bytes: int = 0
@@ -107,13 +109,17 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                         step()
                 else:
                     step()
-            except Exception as exc:  # noqa: BLE001 - the user's step: any exception is a finding
-                run.error = StepError(i, f"{type(exc).__name__}: {exc}", _user_frame(exc))
-                break
+            except KeyboardInterrupt:
+                raise  # Ctrl-C or a stop signal: the run ends with a partial report (below), no failed step
             except SystemExit as exc:
                 # The step ended the process (an early-stopping check, a script's sys.exit): the
                 # run stops there like a raise, with the report, instead of exiting silently.
                 run.error = StepError(i, f"SystemExit: {exc.code}", _user_frame(exc))
+                break
+            except BaseException as exc:  # noqa: BLE001 - the user's step: anything it raises is a finding
+                # A BaseException subclass too (a framework's own abort): it is the step's failure,
+                # reported like any other, not a traceback out of the probe.
+                run.error = StepError(i, _one_line(exc), _user_frame(exc), _out_of_memory(exc))
                 break
             seconds = time.perf_counter() - start
             if marked:
@@ -146,10 +152,14 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                     _collect(tracker, run, i)
             if on_step is not None:
                 on_step(i)
-    except KeyboardInterrupt:
+            interrupt.check()
+    except KeyboardInterrupt as stop:
         run.interrupted = True
+        run.interrupted_by = interrupt.signal_name(stop)
     try:
-        if run.error is None and run.steps_done > run.warmup:
+        # After a failed step too: what the steps before it measured is the report's other half
+        # (a leak that ran the memory out is seen only here).
+        if run.steps_done > run.warmup:
             last = run.steps_done
             pending = None
             if attribute and not attributed_reclaim and run.tracked_between(run.warmup, last - 1) >= 1:
@@ -183,8 +193,9 @@ def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int
                 if newest is not None:
                     grouped = _holders_for(tracker, {newest.key: newest})
                     run.regrown_holders = [holder for holder, _ in grouped.values() if holder.subject]
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         run.interrupted = True
+        run.interrupted_by = run.interrupted_by or interrupt.signal_name(stop)
     finally:
         if frozen:
             gc.unfreeze()
@@ -219,6 +230,26 @@ def _collect(tracker: LiveStorageTracker, run: Run, step: int) -> None:
     run.collections.append(Collection(step, before, tracker.live_bytes, graph.reachable_nodes(tracker.live_tensors(), run.node_ranges),
                                       run.tracked_between(run.warmup, step), signals.heap_bytes(),
                                       signals.cuda_allocated()))
+
+
+def _one_line(exc: BaseException) -> str:
+    """"Type: message" on one line: the report and the cross-check show it in one."""
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, MemoryError):
+        return True
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    # The CPU allocator raises a plain RuntimeError ("DefaultCPUAllocator: can't allocate memory"),
+    # as older CUDA and other backends did ("CUDA out of memory", "MPS backend out of memory").
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def _user_frame(exc: BaseException) -> str:

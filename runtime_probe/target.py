@@ -9,15 +9,21 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import io
 import os
+import re
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 
 class TargetError(Exception):
     """The target cannot be loaded: the message is the one line the user sees."""
+
+
+# An import still running after this long gets one line on stderr: a set-up that loads data for
+# minutes otherwise looks hung in a batch log.
+IMPORT_NOTICE_S = 3
 
 
 @dataclass
@@ -93,32 +99,114 @@ def _import_module(module_ref: str):
         sys.path.insert(0, cwd)
     try:
         return _user_import(lambda: importlib.import_module(module_ref), module_ref)
-    except TargetError:
+    except (TargetError, KeyboardInterrupt):
         raise
     except ModuleNotFoundError as exc:
         if exc.name and module_ref.startswith(exc.name):
             raise TargetError(f"no module named {module_ref!r}") from None
         raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
+    except BaseException as exc:  # noqa: BLE001 - the user's import: report it in one line
         raise TargetError(f"importing {module_ref} raised {type(exc).__name__}: {exc}") from None
 
 
-def _user_import(load: Callable[[], object], shown: str):
-    """Run the import with its stderr held back and replayed once it succeeds: when it fails,
-    gradlint's error is the one line (argparse's usage lines would come before it)."""
-    held = io.StringIO()
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # argparse colours its usage on a terminal (Python 3.14)
+
+
+class _ImportStderr:
+    """The import's stderr, written through as it comes (a long set-up's progress shows while it
+    runs), with its tail kept for the error line of an import that exits. Held back is only what
+    argparse prints before it exits, from its "usage:" line on: gradlint's error names it in one
+    line instead. Anything else (an attribute, isatty, fileno) is the real stream's."""
+
+    _TAIL = 4096
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.tail = ""
+        self.held = ""
+        self.importing = True
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        if not self.importing:  # a logging handler made at import keeps this object: pass it all on
+            return self._stream.write(text)
+        self.tail = (self.tail + text)[-self._TAIL:]
+        if self.held or (self._line_start and _ANSI.sub("", text).startswith("usage:")):
+            self.held += text
+        else:
+            self._stream.write(text)
+            self._stream.flush()
+        if text:
+            self._line_start = text.endswith("\n")
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def release(self) -> None:
+        """The import went on or failed otherwise: what was held is the user's output after all."""
+        self.importing = False
+        if self.held:
+            self._stream.write(self.held)
+            self._stream.flush()
+            self.held = ""
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _line_buffered_stdout():
+    """A print at import shows when made, also when stdout is a pipe or a batch log."""
+    out = sys.stdout
+    if getattr(out, "line_buffering", True) or not hasattr(out, "reconfigure"):
+        yield
+        return
     try:
-        with contextlib.redirect_stderr(held):
+        out.reconfigure(line_buffering=True)
+    except (ValueError, OSError):  # detached or closed: leave it
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            out.reconfigure(line_buffering=False)
+
+
+def _still_importing(stream, shown: str) -> None:
+    stream.write(f"gradlint probe: importing {shown} (still running after {IMPORT_NOTICE_S} s)...\n")
+    stream.flush()
+
+
+def _user_import(load: Callable[[], object], shown: str):
+    """Run the import with its stderr streamed through, and a note when it takes long; argparse's
+    usage lines are held back: when the import exits, gradlint's error is the one line."""
+    real = sys.stderr
+    stderr = _ImportStderr(real)
+    # Only on stderr, never in a report or --json; a daemon thread, so it never keeps the process.
+    notice = threading.Timer(IMPORT_NOTICE_S, _still_importing, (real, shown))
+    notice.daemon = True
+    notice.start()
+    try:
+        with contextlib.redirect_stderr(stderr), _line_buffered_stdout():
             module = load()
     except SystemExit as exc:
-        raise TargetError(_exit_at_import(shown, exc, held.getvalue())) from None
-    if held.getvalue():
-        sys.stderr.write(held.getvalue())
-        sys.stderr.flush()
+        message = _exit_at_import(shown, exc, stderr.held or stderr.tail)
+        stderr.held = ""  # named in the message
+        raise TargetError(message) from None
+    finally:
+        notice.cancel()
+        stderr.release()
     return module
 
 
 def _exit_at_import(shown: str, exc: SystemExit, said: str) -> str:
+    said = _ANSI.sub("", said)
     called = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
     last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
     message = f"importing {shown} called {called}" + (f" after printing {last!r}" if last else "")
@@ -142,10 +230,10 @@ def _import_file(path: str, shown: str):
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
     try:
         _user_import(lambda: spec.loader.exec_module(module), shown)
-    except TargetError:
+    except (TargetError, KeyboardInterrupt):  # Ctrl-C or a stop signal: the CLI says so in one line
         sys.modules.pop(module_name, None)
         raise
-    except Exception as exc:  # noqa: BLE001 - the user's import: report it in one line
+    except BaseException as exc:  # noqa: BLE001 - the user's import: report it in one line
         sys.modules.pop(module_name, None)
         raise TargetError(f"importing {shown} raised {type(exc).__name__}: {exc}") from None
     return module
