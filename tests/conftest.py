@@ -23,3 +23,12 @@ def leaky_file(project: Path) -> Path:
 @pytest.fixture
 def clean_file(project: Path) -> Path:
     return Path(shutil.copy(FIXTURES / "clean_op.py", project / "clean_op.py"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache_folder(tmp_path_factory: pytest.TempPathFactory):
+    """The cache's per-user key (gradlint/cache.py) goes to a folder of the test session's own,
+    for the CLI runs in subprocesses too: the suite never writes into the real ~/.cache/gradlint."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield

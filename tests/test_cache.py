@@ -52,6 +52,15 @@ def everything(finding: Finding) -> tuple:
             finding.end_column, finding.name)
 
 
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path_factory, monkeypatch) -> Path:
+    """The user's cache folder (where the cache key lives), away from the real home folder and
+    outside tmp_path, which some tests make read-only."""
+    home = tmp_path_factory.mktemp("user-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home / "gradlint"
+
+
 @pytest.fixture
 def cache(tmp_path: Path) -> ResultCache:
     cache = ResultCache(tmp_path / ".gradlint_cache", RUN_KEY)
@@ -225,7 +234,8 @@ def test_concurrent_writers_never_give_a_wrong_or_partial_result(tmp_path):
     assert [p for worker in problems for p in worker] == []
     entries = ResultCache(directory, RUN_KEY).entries
     assert not [p for p in entries.iterdir() if p.name.startswith(".tmp-")]
-    assert len(list(entries.iterdir())) == 6 + 16 * 40
+    assert sorted(p.name for p in entries.iterdir() if len(p.name) != 64) == [".gitignore", "CACHEDIR.TAG"]
+    assert len(list(entries.iterdir())) == 6 + 16 * 40 + 2
 
 
 # ----- the directory ----------------------------------------------------------------------
@@ -403,7 +413,9 @@ def test_cache_dir_from_config_and_environment(leaky_file: Path, project: Path, 
 
     elsewhere = tmp_path_factory.mktemp("cache")
     _cli(".", cwd=project, env={**os.environ, "GRADLINT_CACHE_DIR": str(elsewhere)})
-    assert (elsewhere / "CACHEDIR.TAG").is_file() and not (project / ".gradlint_cache").exists()
+    # The directory was there already: the markers go into the entries folder gradlint made in it.
+    assert not (project / ".gradlint_cache").exists() and not (elsewhere / "CACHEDIR.TAG").exists()
+    assert [p.parent for p in elsewhere.glob("*/CACHEDIR.TAG")] == [ResultCache(elsewhere, "").entries]
     (project / "pyproject.toml").write_text('[tool.gradlint]\ncache-dir = "build/lint-cache"\n')
     _cli(".", cwd=project)
     assert (project / "build" / "lint-cache" / "CACHEDIR.TAG").is_file()

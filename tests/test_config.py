@@ -83,7 +83,7 @@ def test_bad_config_is_one_line_and_exit_2(project):
     result = run("check", "op.py")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"gradlint: error: {project / 'pyproject.toml'}: [tool.gradlint]: select must be a list of strings"]
+        f"gradlint: error: {project / 'pyproject.toml'}: [tool.gradlint]: select must be a list of strings, got string 'GL101'"]
 
 
 def test_unknown_config_key_is_reported(project):
