@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -13,7 +15,11 @@ from gradlint.engine import RuleSet, fix_source, lint_bytes, lint_files
 from gradlint.findings import FileResult, Finding
 from gradlint.registry import all_rules
 from gradlint.source import Unreadable, decode_source, text_digest
-from gradlint.writeback import NotWritten, write_fixed
+from gradlint.writeback import NotWritten, Refused, refusal, resolved_roots, write_fixed
+
+
+class InputError(ConfigError):
+    """A path or stdin that cannot be read: reported like a usage error, one line, exit 2."""
 
 
 @dataclass
@@ -55,7 +61,9 @@ class CheckOutcome:
     files_checked: int
     internal_errors: list[tuple[str, str]]
     changes: list[Change] = field(default_factory=list)
-    not_written: list[tuple[str, str]] = field(default_factory=list)
+    not_written: list[tuple[str, str]] = field(default_factory=list)  # a write that failed (exit 2)
+    not_fixed: list[tuple[str, str]] = field(default_factory=list)  # left alone on purpose (writeback's policy)
+    unreadable_dirs: list[tuple[str, str]] = field(default_factory=list)  # met in discovery, not listed (exit 2)
     stdin_data: bytes = b""  # what was read from `-`
     warnings: list[str] = field(default_factory=list)
     files_cached: int = 0  # answered by the result cache
@@ -70,12 +78,17 @@ def resolve_settings(request: CheckRequest) -> Settings:
         settings = Settings(root=Path.cwd().resolve())
     else:
         config = request.config_file
-        if config is not None and not config.is_file():
-            raise ConfigError(f"config file does not exist: {config}")
+        if config is not None:
+            try:
+                is_file = config.is_file()
+            except OSError as error:
+                raise InputError(f"cannot read config file {config}: {error.strerror or error}") from None
+            if not is_file:
+                raise ConfigError(f"config file does not exist: {config}")
         if config is None:
             start = Path(request.stdin_filename).parent if request.stdin is not None and request.stdin_filename \
                 else (request.paths[0] if request.stdin is None else Path("."))
-            config = find_config(start if start.exists() else Path("."))
+            config = find_config(start if _exists(start) else Path("."))
         settings = load_settings(config)
     if request.select is not None:
         settings.select = request.select
@@ -96,7 +109,10 @@ def run_check(request: CheckRequest) -> CheckOutcome:
         if request.stdin_filename and discovery.excluded(Path(name), False):
             return CheckOutcome([], 0, [])
         ignored = settings.ignored_for(discovery.relative(Path(name)), codes)
-        data = request.stdin.read()
+        try:
+            data = request.stdin.read()
+        except OSError as error:
+            raise InputError(f"cannot read stdin: {error.strerror or error}") from None
         rules = ruleset.without(ignored)
         source = decode_source(data, settings.max_file_size)
         if request.fix_mode is None or isinstance(source, Unreadable):
@@ -108,12 +124,13 @@ def run_check(request: CheckRequest) -> CheckOutcome:
             if result.fixed_source is not None else []
         return CheckOutcome(result.findings, 1, errors, changes, stdin_data=data)
 
-    missing = [p for p in request.paths if not p.exists() and not p.is_symlink()]
-    if missing:
-        raise ConfigError(f"path does not exist: {missing[0]}")
+    for path in request.paths:
+        problem = _path_problem(path)
+        if problem is not None:
+            raise InputError(problem)
     jobs = [(str(path), settings.ignored_for(discovery.relative(path), codes))
             for path in discovery.files(request.paths)]
-    outcome = CheckOutcome([], len(jobs), [])
+    outcome = CheckOutcome([], len(jobs), [], unreadable_dirs=list(discovery.unreadable))
     cache = None
     if not request.no_cache and request.fix_mode is None:
         cache = ResultCache(settings.resolved_cache_dir(), ResultCache.build_key())
@@ -135,18 +152,47 @@ def run_check(request: CheckRequest) -> CheckOutcome:
 def _take_change(result: FileResult, request: CheckRequest, outcome: CheckOutcome) -> bool:
     """Write (or, for --diff, only record) one file's fixes. False when the file could not be
     written: nothing was fixed there, so its findings are those from before the fixes."""
+    roots = resolved_roots(request.paths)
     try:
         if request.fix and not request.diff:
-            before = write_fixed(result.path, result.fixed_source, result.source_digest)
+            before = write_fixed(result.path, result.fixed_source, result.source_digest, roots)
         else:
+            # --diff shows what --fix would write, so it leaves out what --fix would refuse.
+            reason = refusal(result.path, roots)
+            if reason is not None:
+                raise Refused(reason)
             before = _current_text(result.path, result.source_digest)
             if before is None:
                 raise NotWritten("it changed while gradlint was checking it; run again")
+    except Refused as error:
+        outcome.not_fixed.append((result.path, str(error)))
+        return False
     except NotWritten as error:
         outcome.not_written.append((result.path, str(error)))
         return False
     outcome.changes.append(Change(result.path, before, result.fixed_source, result.fixes_applied))
     return True
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # below a directory that cannot be searched: _path_problem reports it
+        return False
+
+
+def _path_problem(path: Path) -> str | None:
+    """Why a path named on the command line cannot be checked, or None. A symlink loop or a
+    dangling symlink is checked: it is reported as a GL001 finding at that path."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP or os.path.islink(path):
+            return None
+        if error.errno == errno.ENOENT:
+            return f"path does not exist: {path}"
+        return f"cannot check {path}: {error.strerror or error}"
+    return None
 
 
 def _current_text(path: str, digest: str) -> str | None:

@@ -1,13 +1,22 @@
 """The command line: argument parsing and exit codes over functions in `gradlint.check`.
 
 Exit codes: 0 nothing found, 1 findings (GL000 syntax errors and GL001 unreadable files
-included, as in ruff; with --fix, findings left after fixing; with --diff, fixes to apply),
-2 usage, configuration or internal error, or a fixed file that could not be written.
+included, as in ruff; with --fix, findings left after fixing, including those in files the fixes
+were refused for; with --diff, fixes to apply), 2 usage, configuration, input/output or internal
+error: a path or stdin that cannot be read, a directory met during discovery that cannot be
+listed, stdout that cannot be written (a full disk; a closed pipe exits 2 without a message),
+or a fixed file that could not be written.
+
+Every message is one line on stderr, and text from outside (file names, strings from the checked
+source) is shown through `reporters.printable`, so it cannot add lines or terminal escapes.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
+import functools
+import os
 import sys
 from pathlib import Path
 
@@ -18,7 +27,83 @@ from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
 from gradlint.fixes import split_lines
 from gradlint.registry import all_rules, rule_by_code
+from gradlint.reporters import printable
 from gradlint.runtime_probe.cli import probe  # imports torch only when the command runs
+
+
+class _OutputFailed(Exception):
+    """stdout could not be written (closed, a full disk, a pipe whose reader has gone)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.error = error
+
+
+def _write(text: str, err: bool = False) -> None:
+    """Write to stdout (or stderr) and flush, raising _OutputFailed when stdout cannot take it.
+    A stderr that cannot be written is given up on: there is nowhere left to say so."""
+    if not text:
+        return
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:  # the descriptor was closed when Python started
+        if err:
+            return
+        raise _OutputFailed(OSError(errno.EBADF, "stdout is closed"))
+    try:
+        try:
+            stream.write(text)
+        except UnicodeEncodeError:  # an encoding that lacks a character (PYTHONIOENCODING=ascii)
+            encoding = stream.encoding or "utf-8"
+            stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        stream.flush()
+    except OSError as error:
+        if not err:
+            raise _OutputFailed(error) from None
+
+
+def _write_bytes(data: bytes) -> None:
+    if sys.stdout is None:
+        raise _OutputFailed(OSError(errno.EBADF, "stdout is closed"))
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except OSError as error:
+        raise _OutputFailed(error) from None
+
+
+def _error(message: str) -> None:
+    _write(f"gradlint: error: {printable(message)}\n", err=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so the flush at exit of what could not be written
+    succeeds instead of printing `Exception ignored ... BrokenPipeError` (Python's own advice)."""
+    try:
+        descriptor = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (AttributeError, OSError, ValueError):  # closed, or not a real file (click's test runner)
+        return
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
+def _output_errors_exit_2(command):
+    """stdout that cannot be written is an I/O error: one line on stderr and exit 2, never a
+    traceback. A closed pipe (`gradlint check | head -1`) is the reader having what it wants, so
+    it gets no message, only exit 2: the output is incomplete."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except _OutputFailed as failure:
+            _silence_stdout()
+            if failure.error.errno != errno.EPIPE:
+                _error(f"cannot write the output: {failure.error.strerror or failure.error}")
+            sys.exit(2)
+
+    return wrapper
 
 
 def _codes(value: str | None) -> tuple[str, ...] | None:
@@ -52,10 +137,14 @@ def main() -> None:
               help="Also apply (with --fix, --diff) or count as fixable the unsafe fixes, which may change behaviour.")
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing; exit 1 if there are any.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.gradlint_cache).")
+@_output_errors_exit_2
 def check(paths, select, extend_select, ignore, output_format, statistics, exit_zero, quiet, jobs,
           stdin_filename, config_file, isolated, fix, unsafe_fixes, diff, no_cache) -> None:
     """Check PATHS (default: the current directory) for leaky autograd patterns."""
     from_stdin = list(paths) == [Path("-")]
+    if from_stdin and sys.stdin is None:  # the descriptor was closed when Python started
+        _error("cannot read stdin: it is closed")
+        sys.exit(2)
     request = CheckRequest(
         paths=list(paths) or [Path(".")],
         select=_codes(select), extend_select=_codes(extend_select) or (), ignore=_codes(ignore) or (),
@@ -65,20 +154,25 @@ def check(paths, select, extend_select, ignore, output_format, statistics, exit_
     )
     try:
         outcome = run_check(request)
-    except ConfigError as error:
-        click.echo(f"gradlint: error: {error}", err=True)
+    except ConfigError as error:  # check.InputError too: a path or stdin that cannot be read
+        _error(str(error))
         sys.exit(2)
     for warning in outcome.warnings:
-        click.echo(f"gradlint: warning: {warning}", err=True)
+        _write(f"gradlint: warning: {printable(warning)}\n", err=True)
+    for path, problem in outcome.unreadable_dirs:
+        _error(f"cannot read directory {path}: {problem}")
     for path, problem in outcome.internal_errors:
-        click.echo(f"gradlint: internal error while checking {path}: {problem} (please report it)", err=True)
+        _write(f"gradlint: internal error while checking {printable(path)}: {printable(problem)} "
+               f"(please report it)\n", err=True)
     for path, problem in outcome.not_written:
-        click.echo(f"gradlint: error: the fixes to {path} were not written: {problem}", err=True)
+        _error(f"the fixes to {path} were not written: {problem}")
+    for path, problem in outcome.not_fixed:
+        _write(f"gradlint: not fixed: {printable(path)}: {printable(problem)}\n", err=True)
     if diff:
         _report_diff(outcome, quiet)
     else:
         _report(outcome, request, output_format, statistics, quiet, from_stdin and fix)
-    if outcome.internal_errors or outcome.not_written:
+    if outcome.internal_errors or outcome.not_written or outcome.unreadable_dirs:
         sys.exit(2)
     if diff:
         sys.exit(1 if outcome.changes and not exit_zero else 0)
@@ -95,52 +189,53 @@ def _report(outcome, request: CheckRequest, output_format: str, statistics: bool
         if outcome.changes:
             bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
             data = bom + outcome.changes[0].after.encode("utf-8")
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        _write_bytes(data)
     to_stderr = fixed_stdin
     if statistics:
-        click.echo(reporters.statistics(findings), nl=False, err=to_stderr)
+        _write(reporters.statistics(findings), err=to_stderr)
     else:
-        click.echo(reporters.render(output_format, findings, request.unsafe_fixes), nl=False, err=to_stderr)
+        _write(reporters.render(output_format, findings, request.unsafe_fixes), err=to_stderr)
     if not quiet and output_format == "text":
-        click.echo(reporters.summary(findings, outcome.files_checked, outcome.fixed,
-                                     len(outcome.changes), request.unsafe_fixes),
-                   nl=False, err=statistics or to_stderr)
+        _write(reporters.summary(findings, outcome.files_checked, outcome.fixed,
+                                 len(outcome.changes), request.unsafe_fixes),
+               err=statistics or to_stderr)
 
 
 def _report_diff(outcome, quiet: bool) -> None:
     for change in outcome.changes:
+        # The header names the file through printable(); the lines are the source's own, as in any diff.
+        name = printable(change.path)
         lines = difflib.unified_diff(split_lines(change.before), split_lines(change.after),
-                                     fromfile=change.path, tofile=change.path)
-        click.echo("".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
-                           for line in lines), nl=False)
+                                     fromfile=name, tofile=name)
+        _write("".join(line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+                       for line in lines))
     if not quiet:
         files = len(outcome.changes)
-        click.echo(f"Would fix {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''} in {files} "
-                   f"file{'s' if files != 1 else ''}." if files else "No fixes to apply.", err=True)
+        _write((f"Would fix {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''} in {files} "
+                f"file{'s' if files != 1 else ''}." if files else "No fixes to apply.") + "\n", err=True)
 
 
 @main.command("rule", cls=usage_errors.Command)
 @click.argument("code")
+@_output_errors_exit_2
 def rule_command(code: str) -> None:
     """Explain one rule: what it does, why it is bad, and what to write instead."""
     rule = rule_by_code(code)
     if rule is None:
-        click.echo(f"gradlint: error: no rule {code!r} (see `gradlint rules`)", err=True)
+        _error(f"no rule {code!r} (see `gradlint rules`)")
         sys.exit(2)
-    click.echo(f"# {rule.name} ({rule.code})\n\nDefault severity: {rule.severity.value}"
-               f"{'' if rule.default_enabled else ' (off by default)'}\n"
-               f"Fix: {rule.fix_safety or 'none'}\n\n{rule.doc.strip()}")
+    _write(f"# {rule.name} ({rule.code})\n\nDefault severity: {rule.severity.value}"
+           f"{'' if rule.default_enabled else ' (off by default)'}\n"
+           f"Fix: {rule.fix_safety or 'none'}\n\n{rule.doc.strip()}\n")
 
 
 @main.command("rules", cls=usage_errors.Command)
+@_output_errors_exit_2
 def rules_command() -> None:
     """List every rule: code, name, default severity, fix safety (- for none), summary."""
-    for rule in all_rules():
-        off = "" if rule.default_enabled else " (off by default)"
-        click.echo(f"{rule.code}  {rule.name:<38} {rule.severity.value:<8} {rule.fix_safety or '-':<14} "
-                   f"{rule.summary}{off}")
+    _write("".join(f"{rule.code}  {rule.name:<38} {rule.severity.value:<8} {rule.fix_safety or '-':<14} "
+                   f"{rule.summary}{' (off by default)' if not rule.default_enabled else ''}\n"
+                   for rule in all_rules()))
 
 
 main.add_command(probe)

@@ -1,7 +1,8 @@
 """Which files a run checks: the paths given, minus excludes and .gitignore.
 
 Excludes hold for paths named on the command line too (ruff's force-exclude), so a pre-commit
-hook cannot push an excluded file in.
+hook cannot push an excluded file in. A directory that cannot be listed is not skipped in silence:
+it goes into `Discovery.unreadable`, which the command line reports (exit 2).
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ class Discovery:
         self.settings = settings
         self.patterns = tuple(settings.exclude) + tuple(settings.extend_exclude)
         self._gitignores: dict[Path, _GitIgnore | None] = {}
+        # (directory, reason) for each directory `files` could not list, in the order met.
+        self.unreadable: list[tuple[str, str]] = []
+
+    def _cannot_list(self, error: OSError) -> None:
+        directory = error.filename if error.filename is not None else "?"
+        self.unreadable.append((str(Path(os.fsdecode(directory))), error.strerror or str(error)))
 
     def relative(self, path: Path) -> str:
         try:
@@ -158,7 +165,7 @@ class Discovery:
             if path.is_dir():
                 if self.excluded(path, True, path) and _absolute(path) != self.settings.root:
                     continue
-                for directory, dirnames, filenames in os.walk(path):
+                for directory, dirnames, filenames in os.walk(path, onerror=self._cannot_list):
                     here = Path(directory)
                     dirnames[:] = sorted(d for d in dirnames if not self.excluded(here / d, True, path))
                     for filename in sorted(filenames):

@@ -6,6 +6,7 @@ GL001, so each result's ruleId resolves and a viewer can show a rule's doc besid
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
@@ -85,15 +86,17 @@ def _artifact_location(path: str) -> dict:
     """A relative path stays relative to %SRCROOT% (code scanning matches alerts across runs by
     path, and the runner's checkout directory differs from run to run); an absolute path under
     the current directory is made relative for the same reason, and any other absolute path
-    becomes a file:// URI."""
+    becomes a file:// URI. A URI is percent-encoded bytes: those of the name as the file system has
+    it (os.fsencode), so a name that is not UTF-8 (`bad\\xff.py`, decoded with surrogateescape)
+    becomes `bad%FF.py` rather than a string no encoder accepts."""
     given = Path(path)
     if given.is_absolute():
         try:
             given = given.relative_to(Path.cwd())
         except ValueError:
-            return {"uri": given.as_uri()}
+            return {"uri": given.as_uri()}  # as_uri() quotes os.fsencode(path) too
     # quote() also escapes ':', so a first segment like "a:b.py" cannot read as a URI scheme.
-    return {"uri": quote(given.as_posix(), safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": quote(os.fsencode(given.as_posix()), safe="/"), "uriBaseId": SRCROOT}
 
 
 def _directory_uri(directory: Path) -> str:
@@ -136,6 +139,10 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict:
 
 
 def sarif(findings: Sequence[Finding]) -> str:
+    """json.dumps escapes control characters; surrogates in a message (a string literal's
+    `"\\udcff"`) become backslash escapes, so the log is valid Unicode for every parser."""
+    from gradlint.reporters import valid_strings  # reporters imports this module
+
     rules = _descriptors()
     rule_index = {d["id"]: i for i, d in enumerate(rules)}
     log = {
@@ -152,7 +159,7 @@ def sarif(findings: Sequence[Finding]) -> str:
             "originalUriBaseIds": {SRCROOT: {"uri": _directory_uri(Path.cwd())}},
             # libcst and CPython's SyntaxError both count columns in code points, not UTF-16 units.
             "columnKind": "unicodeCodePoints",
-            "results": [_result(f, rule_index) for f in findings],
+            "results": valid_strings([_result(f, rule_index) for f in findings]),
         }],
     }
     return json.dumps(log, indent=2) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import json
+import os
 import pickle
 import re
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, unquote_to_bytes, urljoin, urlsplit
 
 import jsonschema
 import pytest
@@ -272,3 +273,37 @@ def test_the_same_run_gives_the_same_bytes():
     first = gradlint("--output-format", "sarif", "--exit-zero", "examples/", cwd=REPO)
     second = gradlint("--output-format", "sarif", "--exit-zero", "--jobs", "1", "examples/", cwd=REPO)
     assert first == second
+
+
+def test_a_file_name_that_is_not_utf8_is_a_percent_encoded_uri_of_its_bytes(project, validator):
+    # The name's raw bytes (os.fsencode), percent-encoded: a URI no encoder rejects, that resolves
+    # to the file; the run used to end in UnicodeEncodeError with nothing on stdout.
+    raw = os.fsencode(project) + b"/ops \xff\xfe/bad\xff.py"
+    try:
+        os.makedirs(os.path.dirname(raw))
+        with open(raw, "wb") as handle:
+            handle.write((FIXTURES / "leaky_op.py").read_bytes())
+    except (OSError, UnicodeError):
+        pytest.skip("this file system does not take a file name that is not UTF-8")
+    log = gradlint_sarif(".", cwd=project)
+    assert_valid(validator, log)
+    run = log["runs"][0]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]}
+    assert uris == {"ops%20%FF%FE/bad%FF.py"}
+    (uri,) = uris
+    assert RELATIVE_PATH_REFERENCE.fullmatch(uri)
+    resolved = urljoin(run["originalUriBaseIds"]["%SRCROOT%"]["uri"], uri)
+    assert unquote_to_bytes(urlsplit(resolved).path) == os.fsencode(project.resolve()) + b"/ops \xff\xfe/bad\xff.py"
+
+
+def test_control_characters_and_lone_surrogates_in_a_message_stay_valid_json(project, validator):
+    (project / "op.py").write_text(
+        "import torch\n\n\nclass F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+        "        out = x * 2\n        setattr(ctx, 'a\\x1b[2J\\n\\udcff', out)\n        return out\n", encoding="utf-8")
+    out = gradlint("--output-format", "sarif", "--exit-zero", "op.py", cwd=project)
+    assert out.isascii() and all(c >= " " or c == "\n" for c in out)  # json.dumps escaped the controls
+    log = json.loads(out)
+    assert_valid(validator, log)
+    (message,) = {r["message"]["text"] for r in log["runs"][0]["results"] if r["ruleId"] == "GL101"}
+    assert message.startswith("ctx.a\x1b[2J\n\\xff ")  # the surrogate as a visible escape, valid UTF-8
+    message.encode("utf-8")
