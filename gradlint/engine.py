@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import ast
 import gc
+import multiprocessing
+import multiprocessing.connection
 import os
+import re
+import signal
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from gradlint import deep
 from gradlint.config import Settings
 from gradlint.file_model import FileModel
 from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix
@@ -85,23 +90,44 @@ def _python_ast(source: str, path: str) -> ast.Module | Finding | None:
             warnings.simplefilter("ignore")  # `"\e"` in the user's strings: not ours to report
             return compile(source, path, "exec", ast.PyCF_ONLY_AST)
     except SyntaxError as error:
-        if _newer_syntax(source):
+        if _newer_syntax(source, error):
             return None
         return _finding(path, SYNTAX_ERROR, error.lineno or 1, error.offset or 1, f"syntax error: {error.msg}")
     except (RecursionError, MemoryError, ValueError):
         return _finding(path, UNREADABLE, 1, 1, "too deeply nested to parse")
 
 
-def _newer_syntax(source: str) -> bool:
-    """Whether a file this Python rejects is still Python libcst reads: 3.12's `type X = ...` and
-    `def f[T]` checked on 3.10 or 3.11. Asked only of files with a syntax error."""
+# What a 3.12 file holds that 3.10 and 3.11 reject: `type X = ...`, `def f[T]`/`class C[T]`, and
+# f-strings that reuse their quote or hold a backslash or comment (PEP 701). libcst reads all of them.
+_NEWER_SYNTAX_LINE = re.compile(r"^\s*type\s+[A-Za-z_]\w*\s*[=\[]|\b(?:def|class)\s+[A-Za-z_]\w*\s*\[|"
+                                r"(?<![\w.])[rRbB]?[fF][rR]?['\"]")
+
+
+def _newer_syntax(source: str, error: SyntaxError) -> bool:
+    """Whether a file this Python rejects is still Python: 3.12 syntax checked on 3.10 or 3.11.
+    libcst accepting the file is no proof (it reads 300 nested brackets, which no Python does), so
+    CPython's error must also point at a line that holds 3.12 syntax. That textual gate also keeps
+    libcst off the ordinary syntax errors, some of which take it tens of seconds (a long `+`
+    chain). Asked only of files with a syntax error."""
     if sys.version_info >= (3, 12):
         return False  # nothing libcst reads is newer than 3.12's grammar
-    try:
-        cst.parse_module(source)
-    except Exception:  # noqa: BLE001 - any failure means: report CPython's syntax error
+    lines = source.splitlines()
+    if not error.lineno or not 0 < error.lineno <= len(lines):
         return False
-    return True
+    if not _NEWER_SYNTAX_LINE.search(lines[error.lineno - 1]):
+        return False
+
+    def parses() -> bool:
+        try:
+            cst.parse_module(source)
+        except Exception:  # noqa: BLE001 - any failure means: report CPython's syntax error
+            return False
+        return True
+
+    try:
+        return deep.call(parses, len(source))
+    except (RecursionError, deep.NoStack):
+        return False
 
 
 def _syntax_error(source: str, path: str) -> Finding | None:
@@ -150,6 +176,17 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         return result
     result.analyzed = True
     try:
+        return deep.call(lambda: _analyze(source, path, ruleset, rules, result, tree), len(source))
+    except deep.NoStack as error:
+        result.findings.append(_finding(path, UNREADABLE, 1, 1, f"too large to analyze: it would need {error}"))
+        return result
+
+
+def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result: FileResult,
+             tree: ast.Module | None) -> FileResult:
+    """The libcst parse, the model, the rules and the findings' positions: on the deep-stack
+    thread, since each of them recurses once per level of libcst's tree (see gradlint/deep.py)."""
+    try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:  # CPython accepted it: syntax libcst does not support
         message = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
@@ -165,7 +202,7 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         for rule in rules:
             hits.extend((rule, hit) for hit in rule.check(model))
         if hits:
-            positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+            positions = _positions(module, tree, source, hits)
     except RecursionError:
         result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to analyze"))
         return result
@@ -194,6 +231,70 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
             fix=fix))
     result.findings.sort()
     return result
+
+
+def _positions(module: cst.Module, tree: ast.Module | None, source: str,
+               hits: Sequence[tuple[Rule, Hit]]) -> Mapping[cst.CSTNode, CodeRange]:
+    """Positions for the top-level statements that hold a finding's node or its fix's nodes, not
+    for the whole module: libcst computes positions by generating the code of every node it
+    covers (about 35 us a node, more than its parse), so one finding in a file with a 200 KB data
+    literal cost seconds. Each statement is placed by CPython's line for it, checked against the
+    text; anything that does not line up falls back to the whole module."""
+    wanted = {id(hit.node) for _, hit in hits}
+    for _, hit in hits:
+        if hit.fix is not None:
+            wanted.update(id(change.node) for change in hit.fix.changes)
+    first_lines = _statement_first_lines(module, tree) if tree is not None else None
+    if first_lines is None:
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    source_lines = source.splitlines(keepends=True)
+    positions: dict[cst.CSTNode, CodeRange] = {}
+    for statement, first_line in zip(module.body, first_lines):
+        if not wanted:
+            break
+        inside = _holding(statement, wanted)
+        if not inside:
+            continue
+        wanted -= inside
+        alone = module.with_changes(header=(), body=(statement,), footer=())
+        lead = len(getattr(statement, "leading_lines", ()))
+        code_lines = alone.code.splitlines(keepends=True)
+        if lead >= len(code_lines) or not 0 < first_line <= len(source_lines) \
+                or code_lines[lead] != source_lines[first_line - 1]:
+            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        shift = first_line - 1 - lead
+        for node, where in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
+            positions[node] = CodeRange((where.start.line + shift, where.start.column),
+                                        (where.end.line + shift, where.end.column))
+    return positions
+
+
+def _statement_first_lines(module: cst.Module, tree: ast.Module) -> list[int] | None:
+    """The source line each of libcst's top-level statements starts on (its first decorator's, for a
+    decorated one), from CPython's tree: one libcst line of `a; b` is two CPython statements."""
+    lines: list[int] = []
+    index = 0
+    for statement in module.body:
+        if index >= len(tree.body):
+            return None
+        node = tree.body[index]
+        lines.append(min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())]))
+        index += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+    return lines if index == len(tree.body) else None
+
+
+def _holding(statement: cst.CSTNode, wanted: set[int]) -> set[int]:
+    """Which of the wanted nodes (by id) are the statement or inside it."""
+    found: set[int] = set()
+    stack = [statement]
+    while stack:
+        node = stack.pop()
+        if id(node) in wanted:
+            found.add(id(node))
+            if len(found) == len(wanted):
+                break
+        stack.extend(node.children)
+    return found
 
 
 # A fix can make another applicable (GL101's second attribute joins the first one's
@@ -310,6 +411,7 @@ def lint_files(
             gc.enable()
         return
     chunk = max(1, min(16, len(jobs_list) // (jobs * 4)))
+    unanswered: list[tuple[str, frozenset[str]]] = []
     with ProcessPoolExecutor(max_workers=min(jobs, len(jobs_list)), initializer=_init_worker,
                              initargs=(ruleset, max_bytes, fix, cache)) as pool:
         futures = [pool.submit(_lint_chunk, jobs_list[i:i + chunk]) for i in range(0, len(jobs_list), chunk)]
@@ -317,10 +419,52 @@ def lint_files(
             try:
                 yield from future.result()
             except BrokenProcessPool:
-                for path, _ in jobs_list[start:start + chunk]:
-                    yield FileResult(path, [_finding(
-                        path, UNREADABLE, 1, 1,
-                        "the worker checking this file (or one beside it) died; run with --jobs 1 to find which")])
+                # One worker died: the pool fails every chunk still pending, whatever file did it.
+                unanswered.extend(jobs_list[start:start + chunk])
+    if unanswered:
+        yield from _lint_isolated(unanswered, ruleset, max_bytes, jobs, fix, cache)
+
+
+def _lint_isolated(jobs_list, ruleset: RuleSet, max_bytes: int, jobs: int, fix: str | None,
+                   cache: ResultCache | None) -> Iterable[FileResult]:
+    """Each file in a process of its own, `jobs` at a time: a file that kills its process (a crash
+    in libcst's native code, the kernel's OOM killer) loses its own result and no other."""
+    context = multiprocessing.get_context()
+    running: dict = {}  # reader connection -> (process, path)
+    pending = list(reversed(jobs_list))
+    while pending or running:
+        while pending and len(running) < jobs:
+            job = pending.pop()
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(target=_lint_one_and_send, args=(job, writer, ruleset, max_bytes, fix, cache),
+                                      daemon=True)
+            process.start()
+            writer.close()
+            running[reader] = (process, job[0])
+        for reader in multiprocessing.connection.wait(list(running)):
+            process, path = running.pop(reader)
+            try:
+                result = reader.recv()
+            except (EOFError, OSError):
+                result = None
+            reader.close()
+            process.join()
+            if isinstance(result, FileResult):
+                yield result
+                continue
+            code = process.exitcode or 0
+            how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.Signals._value2member_map_ \
+                else f"exit status {code}"
+            yield FileResult(path, [_finding(
+                path, UNREADABLE, 1, 1,
+                f"gradlint's process died checking this file ({how}); the other files were checked; "
+                "please report it with the file")])
+
+
+def _lint_one_and_send(job, writer, ruleset: RuleSet, max_bytes: int, fix: str | None, cache: ResultCache | None) -> None:
+    _init_worker(ruleset, max_bytes, fix, cache)
+    writer.send(_lint_in_worker(job))
+    writer.close()
 
 
 def _cache_hits(jobs_list, ruleset: RuleSet, max_bytes: int, cache: ResultCache):

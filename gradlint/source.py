@@ -25,19 +25,31 @@ def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unreadab
 
 
 def read_bytes(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | Unreadable:
+    # Opened without blocking and checked on the open descriptor: a path checked with stat() and
+    # then opened could be swapped for a FIFO in between, and a FIFO blocks the run forever.
     try:
-        info = os.stat(path)
-        if not stat.S_ISREG(info.st_mode):
-            return Unreadable("not a regular file")  # a FIFO would block the run forever
-        size = info.st_size
-        if size > max_bytes:
-            return Unreadable(f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit (max-file-size)")
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
         if error.errno == errno.ELOOP:
             return Unreadable("symlink loop")
         return Unreadable(f"cannot read: {error.strerror or error}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Unreadable("not a regular file")
+        size = info.st_size
+        if size > max_bytes:
+            return Unreadable(f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit (max-file-size)")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            # The size read, plus one byte to see a file that grew since: never a buffer of
+            # max-file-size for every file (the limit may be raised to hundreds of MB).
+            data = handle.read(size + 1)
+            if len(data) > size:  # it grew: read on, to the limit, rather than lint half a file
+                data += handle.read(max_bytes + 1 - len(data))
+    except OSError as error:
+        return Unreadable(f"cannot read: {error.strerror or error}")
+    finally:
+        os.close(fd)
     return data
 
 

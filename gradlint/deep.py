@@ -1,0 +1,135 @@
+"""Run libcst and the analysis on a thread whose stack fits any file gradlint reads.
+
+libcst nests what CPython keeps flat: `a and b and ... and z` is one `BoolOp` for CPython and a
+chain of `BooleanOperation` nodes, one per term, for libcst. Its native parser, its tree building
+and every walk over the tree then recurse once per term. On the main thread's 8 MiB stack that
+ended in SIGSEGV at about 10,000 terms (a 60 KB file CPython compiles), and Python's default
+recursion limit turned 2,000 terms into a false "too deeply nested" GL001 (measured on libcst
+1.9, Python 3.11).
+
+Measured on this design: about 1 KiB of C stack per level of such a chain (20,000 terms need
+16-32 MiB, 50,000 need 32-64 MiB), and a 1 MiB file of `and` terms (170,000 of them, the deepest
+tree the default max-file-size admits) checks in 28 s on a 512 MiB stack with a limit of 10**6.
+The thread below gets a 1 GiB stack: address space only, pages are touched as deep as a file goes.
+The recursion limit keeps Python's own guard in front of the C stack: a million frames in 1 GiB is
+1 KiB each, more than any frame measured here, so a deeper file (max-file-size raised) ends in a
+RecursionError, which the engine reports as GL001, never in a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from typing import Callable, TypeVar
+
+STACK_BYTES = 1 << 30
+RECURSION_LIMIT = 1_000_000
+# libcst's native parser is not bounded by Python's limit: its depth is bounded by the text alone.
+# A level of `a or b or ...` takes 5 bytes of source and about 1 KiB of stack (50,000 terms crash
+# in 32 MiB and parse in 64 MiB), so 512 bytes of stack per byte of source is twice what the
+# shallowest chain needs: a 2 MiB file fits the shared thread; a larger one (max-file-size raised)
+# gets a thread of its own sized to it, or is refused when no such stack can be had.
+STACK_PER_SOURCE_BYTE = 512
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_jobs: "queue.SimpleQueue[tuple[Callable[[], object], list]] | None" = None
+_owner_pid = -1  # a forked pool worker has the module state but not the thread
+_unavailable = False
+_THREAD_NAME = "gradlint-deep-stack"
+
+
+def _serve(jobs: "queue.SimpleQueue[tuple[Callable[[], object], list]]", limit: int = RECURSION_LIMIT,
+           once: bool = False) -> None:
+    while True:
+        job, box = jobs.get()
+        # The limit is the interpreter's, not the thread's: it is raised only while a job runs, and
+        # the caller waits for the job meanwhile, so no 8 MiB thread recurses under it.
+        previous = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(previous, limit))
+        try:
+            box.append((True, job()))
+        except BaseException as error:  # noqa: BLE001 - handed back to the caller, raised there
+            box.append((False, error))
+        finally:
+            sys.setrecursionlimit(previous)
+            box[0].set()
+        if once:
+            return
+
+
+def _start() -> "queue.SimpleQueue | None":
+    global _jobs, _owner_pid, _unavailable
+    if _jobs is not None and _owner_pid == os.getpid():
+        return _jobs
+    if _unavailable:
+        return None
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    previous = threading.stack_size()
+    try:
+        threading.stack_size(STACK_BYTES)
+        thread = threading.Thread(target=_serve, args=(jobs,), name=_THREAD_NAME, daemon=True)
+        thread.start()
+    except (RuntimeError, ValueError, MemoryError):
+        # No 1 GiB of address space (a strict overcommit policy, a 32-bit build): analyse on the
+        # caller's thread, where a deep file is a RecursionError (GL001) at the default limit.
+        _unavailable = True
+        return None
+    finally:
+        threading.stack_size(previous)
+    _jobs, _owner_pid = jobs, os.getpid()
+    return jobs
+
+
+class NoStack(Exception):
+    """No thread with a stack deep enough for this much source could be started."""
+
+
+def call(function: Callable[[], T], source_bytes: int = 0) -> T:
+    """`function()` on a thread whose stack fits `source_bytes` of source nested as deep as it can
+    be; its exception, if any, is raised here."""
+    if threading.current_thread().name.startswith(_THREAD_NAME):
+        return function()  # already there (a fix round re-lints from inside a job)
+    need = source_bytes * STACK_PER_SOURCE_BYTE
+    if need > STACK_BYTES:
+        return _call_alone(function, need)
+    with _lock:
+        jobs = _start()
+        if jobs is None:
+            return function()
+        done = threading.Event()
+        box: list = [done]
+        jobs.put((function, box))
+        done.wait()
+    return _unbox(box)
+
+
+def _unbox(box: list):
+    ok, value = box[1]
+    if ok:
+        return value
+    raise value
+
+
+def _call_alone(function: Callable[[], T], need: int) -> T:
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    done = threading.Event()
+    box: list = [done]
+    jobs.put((function, box))
+    with _lock:  # stack_size and the recursion limit are process-wide
+        previous = threading.stack_size()
+        try:
+            threading.stack_size(need)
+            thread = threading.Thread(target=_serve, args=(jobs, need // STACK_BYTES * RECURSION_LIMIT, True),
+                                      name=_THREAD_NAME + "-alone", daemon=True)
+            thread.start()
+        except (RuntimeError, ValueError, MemoryError, OverflowError):
+            raise NoStack(f"{-(-need >> 30)} GiB of stack") from None
+        finally:
+            threading.stack_size(previous)
+        done.wait()
+        thread.join()
+    return _unbox(box)

@@ -1,0 +1,225 @@
+"""The engine on files built to break it: nesting that crashed libcst's native parser, syntax errors
+that only libcst accepted or that took it tens of seconds, one long line, a worker that dies. Each
+file's result must stand on its own, and no file may take the process down."""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from gradlint import deep, engine
+from gradlint.config import Settings
+from gradlint.engine import RuleSet, lint_files, lint_source
+
+RULESET = RuleSet.from_settings(Settings())
+
+FUNCTION = textwrap.dedent("""\
+    import torch
+
+
+    class Exp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.out = x.exp()
+            return ctx.out
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.out
+    """)
+
+
+def _check(*paths: Path, jobs: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gradlint", "check", "--no-cache", "--jobs", str(jobs),
+                           *map(str, paths)], capture_output=True, text=True, timeout=600)
+
+
+def _codes(result) -> list[str]:
+    return [finding.code for finding in result.findings]
+
+
+@pytest.mark.parametrize("terms", [2_000, 6_000])
+def test_a_long_flat_and_chain_is_analyzed_not_called_too_deeply_nested(terms):
+    # CPython keeps `a and a and ...` flat; libcst nests one node per term.
+    source = FUNCTION + "y = " + " and ".join(["a"] * terms) + "\n"
+    result = lint_source(source, "chain.py", RULESET)
+    assert result.internal_error is None
+    assert _codes(result) == ["GL101"]
+
+
+def test_ten_thousand_terms_do_not_crash_the_process(tmp_path):
+    # Was SIGSEGV with no output: libcst's parser ran out of the main thread's 8 MiB stack.
+    path = tmp_path / "chain.py"
+    path.write_text(FUNCTION + "y = " + " and ".join(["a"] * 10_000) + "\n")
+    run = _check(path)
+    assert run.returncode == 1, (run.returncode, run.stderr)
+    assert "chain.py:7:9: GL101" in run.stdout
+    assert "GL001" not in run.stdout
+
+
+@pytest.mark.parametrize("depth", [300, 1_500])
+def test_brackets_no_python_accepts_are_a_syntax_error(tmp_path, depth):
+    # 1,500 crashed the process (CPython's error sent the file to libcst's parser, which overflowed);
+    # 300 passed as "All checks passed!" on 3.11, because libcst accepts what CPython's limit rejects.
+    path = tmp_path / "brackets.py"
+    path.write_text(FUNCTION + "x = " + "(" * depth + "1" + ")" * depth + "\n")
+    run = _check(path)
+    assert run.returncode == 1, (run.returncode, run.stderr)
+    assert "brackets.py:13:" in run.stdout and "GL000 syntax error: too many nested parentheses" in run.stdout
+
+
+def test_an_ordinary_syntax_error_never_reaches_libcst(monkeypatch):
+    # A 12 KB `+` chain ending in a syntax error took libcst 10-40 s to reject (its time grows
+    # faster than the square of the chain). Only an error on a line with 3.12 syntax is asked of it.
+    def parse_module(*_args, **_kwargs):
+        raise AssertionError("libcst was asked about a plain syntax error")
+
+    monkeypatch.setattr(cst, "parse_module", parse_module)
+    source = FUNCTION + "y = " + " + ".join(["a"] * 3_000) + " +\n"
+    result = lint_source(source, "plus.py", RULESET)
+    assert [(f.code, f.line) for f in result.findings] == [("GL000", 13)]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 reads its own syntax")
+@pytest.mark.parametrize("line", ["type Pair = tuple[int, int]", "def first[T](xs: list[T]) -> T: return xs[0]",
+                                  "class Box[T]: pass", "label = f\"{'a' + \"b\"}\""])
+def test_three_twelve_syntax_still_passes_on_an_older_python(line):
+    result = lint_source(FUNCTION + line + "\n", "newer.py", RULESET)
+    assert _codes(result) == ["GL101"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 reads its own syntax")
+def test_three_twelve_syntax_does_not_excuse_an_error_elsewhere():
+    result = lint_source(FUNCTION + "x = (1 +\ntype Pair = int\n", "newer.py", RULESET)
+    assert _codes(result) == ["GL000"]
+
+
+def test_positions_are_computed_only_for_the_statements_that_hold_findings(monkeypatch):
+    # One finding used to cost positions for the whole module: seconds for a 200 KB data literal.
+    data = "TABLE = [" + ", ".join(["1"] * 20_000) + "]\n"
+    source = data + "\n\n# the op\n" + FUNCTION + "\n\n" + data
+    covered: list[int] = []
+    resolve = MetadataWrapper.resolve
+
+    def counting(self, provider):
+        found = resolve(self, provider)
+        covered.append(len(found))
+        return found
+
+    monkeypatch.setattr(MetadataWrapper, "resolve", counting)
+    result = lint_source(source, "data.py", RULESET)
+    assert [(f.code, f.line, f.column) for f in result.findings] == [("GL101", 11, 9)]
+    assert covered and max(covered) < 200  # the class alone, not the 40,000 elements
+
+
+def test_positions_by_statement_agree_with_positions_of_the_whole_module(monkeypatch):
+    whole = lambda module, tree, source, hits: MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)  # noqa: E731
+    root = Path(__file__).parent
+    checked = 0
+    for path in sorted((root / "corpus").rglob("*.py")) + sorted((root.parent / "rules").glob("gl*.py")):
+        source = path.read_text(encoding="utf-8")
+        by_statement = lint_source(source, str(path), RULESET)
+        if not by_statement.findings:
+            continue
+        with monkeypatch.context() as patched:
+            patched.setattr(engine, "_positions", whole)
+            by_module = lint_source(source, str(path), RULESET)
+        assert by_statement.findings == by_module.findings, path
+        checked += 1
+    assert checked >= 20
+
+
+def test_a_worker_that_dies_loses_its_own_file_only(tmp_path, monkeypatch):
+    # Was: the pool broke and all 201 files read "the worker checking this file (or one beside it) died".
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the crash is planted by patching the parent, which only a forked worker inherits")
+    paths = []
+    for index in range(201):
+        path = tmp_path / f"op_{index:03}.py"
+        path.write_text(FUNCTION)
+        paths.append(str(path))
+    crasher = paths[57]
+    lint_file = engine.lint_file
+
+    def crashing(path, *args, **kwargs):
+        if path == crasher:
+            faulthandler.disable()  # pytest's, inherited by the fork: no dump in the test's output
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return lint_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "lint_file", crashing)
+    results = {result.path: result for result in lint_files([(p, frozenset()) for p in paths], RULESET,
+                                                               1 << 20, jobs=2)}
+    assert sorted(results) == sorted(paths)
+    assert _codes(results[crasher]) == ["GL001"]
+    assert "signal SIGSEGV" in results[crasher].findings[0].message
+    assert all(_codes(results[p]) == ["GL101"] for p in paths if p != crasher)
+
+
+def test_a_file_no_stack_can_hold_is_refused_with_a_message(monkeypatch):
+    monkeypatch.setattr(deep, "STACK_PER_SOURCE_BYTE", 1 << 50)
+    result = lint_source(FUNCTION, "op.py", RULESET)
+    assert [(f.code, f.message.split(":")[0]) for f in result.findings] == [("GL001", "too large to analyze")]
+
+
+# Constructs at sizes real code never reaches, each written as a file CPython accepts or rejects;
+# none may crash, hang or turn into an internal error, and what CPython accepts is analyzed.
+NESTED = {
+    "and": lambda n: "y = " + " and ".join(["a"] * n),
+    "or": lambda n: "def g(a):\n    return " + " or ".join(["a"] * n),
+    "compare": lambda n: "y = " + " < ".join(["a"] * n),
+    "plus": lambda n: "y = " + " + ".join(["a"] * n),
+    "attribute": lambda n: "y = a" + ".b" * n,
+    "subscript": lambda n: "y = a" + "[0]" * n,
+    "call": lambda n: "y = f" + "()" * n,
+    "not": lambda n: "y = " + "not " * n + "a",
+    "minus": lambda n: "y = " + "-" * n + "a",
+    "lambda": lambda n: "y = " + "lambda: " * n + "a",
+    "brackets": lambda n: "y = " + "[" * n + "]" * n,
+    "strings": lambda n: "y = " + " ".join(['"a"'] * n),
+    "elif": lambda n: "if a:\n    pass\n" + "elif a:\n    pass\n" * n,
+    "indent": lambda n: "".join(" " * i + "if a:\n" for i in range(n)) + " " * n + "pass",
+    "list": lambda n: "y = [" + ", ".join(["1"] * n) + "]",
+}
+
+
+def test_nesting_of_every_kind_never_crashes_or_loses_a_file(tmp_path):
+    paths = []
+    for kind, make in NESTED.items():
+        for size in (150, 1_200, 8_000):
+            if kind in ("plus", "attribute", "subscript", "call") and size == 1_200:
+                size = 1_000
+            path = tmp_path / f"{kind}_{size}.py"
+            path.write_text(FUNCTION + make(size) + "\n")
+            paths.append(path)
+    run = _check(*paths, jobs=2)
+    assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
+    assert "internal error" not in run.stderr.lower() and "Traceback" not in run.stderr
+    for path in paths:
+        source = path.read_text()
+        lines = [line for line in run.stdout.splitlines() if line.startswith(str(path) + ":")]
+        assert lines, f"{path.name}: no result"
+        try:
+            compile(source, str(path), "exec")
+        except (SyntaxError, RecursionError, MemoryError):
+            assert all(" GL000 " in line or " GL001 " in line for line in lines), lines
+        else:
+            assert any(" GL101 " in line for line in lines) or path.name.startswith("strings_"), lines
+
+
+def test_fuzzing_mutated_real_sources_and_deep_programs_finds_nothing():
+    # bench/fuzz.py at a size CI affords (about 30 s); run it with --files 6000 for the long trial.
+    run = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "fuzz.py"),
+                          "--files", "200", "--batch", "100", "--seed", "7"], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "200 files in" in run.stdout and "0 problems" in run.stdout.splitlines()[-1]
