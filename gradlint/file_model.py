@@ -1109,10 +1109,10 @@ class FileModel:
             hook_params = [p.name.value for p in function.params.params]
             if role.self_name is not None:
                 hook_params = hook_params[1:]
-            if name in hook_params[2:3]:  # (module, input, output)
-                return Val(Kind.TENSOR, graph=True)
+            if name in hook_params[2:3]:  # (module, input, output): whatever the module returns
+                return Val(Kind.TENSOR, graph=True, assumed=True)
             if name in hook_params[1:2]:
-                return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=True))
+                return Val(Kind.CONTAINER, item=Val(Kind.TENSOR, graph=True, assumed=True))
         annotated = self._annotated_class(param)
         if annotated is not None and annotated in self.module_class_names:
             return Val(Kind.MODULE, module_class=annotated)
@@ -1350,6 +1350,7 @@ def _returns_none(node: cst.Return) -> bool:
 def _shape(value: Val) -> tuple:
     """What of an argument can change a walk's result (not the binding, not what it read)."""
     return (value.kind, value.graph, value.param, value.int64, value.module_class,
+            value.assumed, value.one_element, value.consumed,
             tuple(_shape(m) for m in value.elements), _shape(value.item) if value.item is not None else None)
 
 

@@ -90,6 +90,7 @@ class AttributeStore:
     value: Val
     augmented: bool = False  # `+=`
     target: cst.CSTNode | None = None  # the `ctx.x` being assigned (the call, for setattr)
+    operand: Val | None = None  # `t = t + v` / `t = v + t`: what v is (for `+=`, value is v)
 
     @property
     def node(self) -> cst.CSTNode:
@@ -104,6 +105,7 @@ class NameStore:
     value: Val  # the value stored (for `+=`: the right-hand side)
     augmented: bool = False
     chained: bool = False  # the new value reads the old one: `total = total + loss`
+    operand: Val | None = None  # `t = t + v` / `t = v + t`: what v is (for `+=`, value is v)
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,70 @@ def may_leave_the_iteration(statement: cst.CSTNode) -> bool:
 
 _BOOL_COMPARISONS = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 
+# What a fix may rely on of a tensor (Val.assumed, Val.one_element): methods the other things a
+# module returns have too (a tuple, a dict or ModelOutput, a number, a string, None) prove nothing.
+_NOT_TENSOR_ONLY = frozenset(m for t in (tuple, list, dict, float, int, bool, str, type(None))
+                             for m in dir(t) if not m.startswith("_"))
+# `loss.mean()`, `x.sum()`: with no dim, one element.
+_FULL_REDUCTIONS = frozenset({"sum", "mean", "prod", "norm", "max", "min", "amax", "amin", "median", "nanmean",
+                              "nansum", "std", "var"})
+# Elementwise, or a move: as many elements as the receiver; those of _ELEMENTWISE_WITH only with
+# numbers (or one-element tensors) as the other operand.
+_KEEPS_ELEMENTS = frozenset({"abs", "neg", "exp", "log", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "relu",
+                             "square", "reciprocal", "float", "double", "half", "bfloat16", "clone", "cpu", "cuda",
+                             "to", "contiguous", "squeeze", "detach", "type_as"})
+_ELEMENTWISE_WITH = frozenset({"pow", "mul", "div", "add", "sub", "clamp", "clip", "true_divide", "multiply",
+                               "divide", "subtract", "clamp_min", "clamp_max"})
+_DISTRIBUTION_TENSORS = frozenset({"log_prob", "entropy", "rsample", "cdf", "icdf", "perplexity"})
+# torch.nn.functional's losses and how many positional arguments leave the reduction alone
+# (`F.mse_loss(x, y, size_average)` is the deprecated flags; the reduction is a keyword).
+_LOSS_FUNCTIONS = {
+    **dict.fromkeys(("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "soft_margin_loss",
+                     "multilabel_soft_margin_loss", "poisson_nll_loss", "hinge_embedding_loss",
+                     "multilabel_margin_loss", "multi_margin_loss"), 2),
+    **dict.fromkeys(("cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                     "cosine_embedding_loss", "margin_ranking_loss", "triplet_margin_loss", "gaussian_nll_loss"), 3),
+    "ctc_loss": 4,
+}
+# torch.nn's loss modules and how many positional arguments their constructor may take (a weight).
+_LOSS_MODULES = {
+    **dict.fromkeys(("MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "SoftMarginLoss",
+                     "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "CosineEmbeddingLoss",
+                     "MarginRankingLoss", "HingeEmbeddingLoss", "TripletMarginLoss", "MultiMarginLoss",
+                     "MultiLabelMarginLoss", "CTCLoss"), 0),
+    **dict.fromkeys(("CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"), 1),
+}
+_REDUCING = frozenset({"mean", "sum", "batchmean"})
+
+
+def _reduction_kept(args) -> bool:
+    """No `reduction=` other than a literal mean/sum, and none of the deprecated flags."""
+    for arg, _ in args:
+        if arg.keyword is None:
+            continue
+        if arg.keyword.value in ("reduce", "size_average"):
+            return False
+        if arg.keyword.value == "reduction" and not (
+                isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value in _REDUCING):
+            return False
+    return not any(arg.star for arg, _ in args)
+
+
+def _loss_module(name: str, args) -> bool:
+    """`nn.CrossEntropyLoss()`: a module whose output has one element."""
+    allowed = _LOSS_MODULES.get(name.rsplit(".", 1)[-1])
+    positional = [a for a, _ in args if a.keyword is None]
+    return allowed is not None and len(positional) <= allowed and _reduction_kept(args)
+
+
+def _reduces_fully(name: str, args, positional, keywords) -> bool:
+    """`F.cross_entropy(logits, y)`, `torch.mean(x)`: one element."""
+    last = name.rsplit(".", 1)[-1]
+    if name.startswith("torch.nn.functional.") and last in _LOSS_FUNCTIONS:
+        return len(positional) <= _LOSS_FUNCTIONS[last] and _reduction_kept(args)
+    return name == f"torch.{last}" and last in _FULL_REDUCTIONS and len(positional) == 1 \
+        and set(keywords) <= {"dtype"} and not any(a.star for a, _ in args)
+
 # A helper named for it: `repackage_hidden(h)`, `detach_state(s)`.
 _DETACHING_NAME = re.compile(r"detach|repackage", re.IGNORECASE)
 DETACHED = Val(Kind.TENSOR)  # known graph-free: what .detach() or a detaching helper gives
@@ -366,6 +432,7 @@ class Walker:
         self._condition_depth = 0  # inside how many if/except/case/loop bodies
         self._passes: list[_Iteration] = [_Iteration(None, 0)]
         self._rewalks = 0
+        self._sums: dict[int, tuple[Val, Val]] = {}  # `a + b` -> what a and b are (see _operand)
 
     # ----- entry points ---------------------------------------------------------------------
 
@@ -436,7 +503,7 @@ class Walker:
         if isinstance(node, cst.Assign):
             value = self.ev(node.value)
             for target in node.targets:
-                self._bind(target.target, value, line)
+                self._bind(target.target, value, line, self._operand(node))
         elif isinstance(node, cst.AnnAssign):
             if node.value is not None:
                 value = self.ev(node.value)
@@ -639,11 +706,24 @@ class Walker:
             return "global"
         return "unknown"
 
-    def _bind(self, target: cst.BaseExpression, value: Val, line: cst.CSTNode | None) -> None:
+    def _operand(self, node: cst.Assign) -> Val | None:
+        """`total = total + loss` (or `loss + total`): what the added `loss` is."""
+        pair = self._sums.get(id(node.value))
+        if pair is None or len(node.targets) != 1:
+            return None
+        target = node.targets[0].target
+        for side, other in ((node.value.left, pair[1]), (node.value.right, pair[0])):
+            if type(side) is type(target) and code(side).strip() == code(target).strip():
+                return other
+        return None
+
+    def _bind(self, target: cst.BaseExpression, value: Val, line: cst.CSTNode | None,
+              operand: Val | None = None) -> None:
         if isinstance(target, cst.Name):
             name = target.value
             if name in self.scan.backward_roots and not self.no_grad and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
-                value = value.with_(kind=Kind.TENSOR, graph=True)
+                # (what backward's receiver reads: `torch.stack(losses)` reads a list)
+                value = value.with_(kind=Kind.TENSOR, graph=True, assumed=value.assumed or value.kind is Kind.UNKNOWN)
             elif name in self.scan.frozen and value.kind is Kind.MODULE:
                 value = UNKNOWN  # `teacher.requires_grad_(False)`: its outputs carry no graph of their own
             elif name in self.scan.module_uses and value.kind is Kind.UNKNOWN:
@@ -658,13 +738,13 @@ class Walker:
             self._note_binding(name, value)
             if line is not None:
                 self.walk.events.append(NameStore(
-                    self._where(line), name, self.scope_of(name), value, chained=name in value.reads))
+                    self._where(line), name, self.scope_of(name), value, chained=name in value.reads, operand=operand))
         elif isinstance(target, cst.Attribute):
             owner = self.ev(target.value)
             owner_name = dotted(target.value) or "?"
             if line is not None:
                 self.walk.events.append(AttributeStore(
-                    self._where(line), owner, owner_name, target.attr.value, value, target=target))
+                    self._where(line), owner, owner_name, target.attr.value, value, target=target, operand=operand))
             if owner_name == self.role.self_name:
                 self.env[f"{owner_name}.{target.attr.value}"] = value
                 self._note_binding(f"{owner_name}.{target.attr.value}", value)
@@ -791,12 +871,15 @@ class Walker:
             if isinstance(e.operator, cst.Multiply) and (left.kind is Kind.CONTAINER) != (right.kind is Kind.CONTAINER) \
                     and Kind.TENSOR not in (left.kind, right.kind):
                 return left if left.kind is Kind.CONTAINER else right  # `[outputs] * n`: the same items, repeated
+            if isinstance(e.operator, cst.Add):
+                self._sums[id(e)] = (left, right)
             return combine(left, right)
         if isinstance(e, cst.UnaryOperation):
             inner = self.ev(e.expression)
             if isinstance(e.operator, cst.Not):
                 return SCALAR
-            return tensor(inner, int64=inner.int64) if inner.is_tensor else inner.with_(binding=None)
+            return tensor(inner, int64=inner.int64).with_(assumed=inner.assumed, one_element=inner.one_element) \
+                if inner.is_tensor else inner.with_(binding=None)
         if isinstance(e, cst.BooleanOperation):
             return merge(self.ev(e.left), self.ev(e.right))
         if isinstance(e, cst.Comparison):
@@ -882,7 +965,7 @@ class Walker:
                 return Val(Kind.TENSOR, int64=base.int64, reads=frozenset(reads))
             if base.graph and not attr.startswith("_"):
                 # A model's output object (HuggingFace's `out.loss`, `out.logits`): its fields carry the graph.
-                return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
+                return Val(Kind.TENSOR, graph=True, reads=frozenset(reads), assumed=True)
         if full is not None and self.role.self_name and full.split(".")[0] == self.role.self_name \
                 and full.count(".") == 1:
             known = self.role.self_attributes.get(attr)
@@ -891,14 +974,14 @@ class Walker:
         if base.kind is Kind.UNKNOWN and base.graph and not attr.startswith("_"):
             if attr in api.DISTRIBUTION_DESCRIPTIONS:
                 return Val(Kind.SCALAR, reads=frozenset(reads))
-            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))  # dist.mean, dist.logits
+            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads), assumed=True)  # dist.mean, dist.logits
         if base.module_class is not None:
             declared = self.model.class_attribute(base.module_class, attr)  # `meta: torch.Tensor` in the class
             if declared is not None:
                 return declared.with_(graph=declared.graph or (declared.is_tensor and base.graph), reads=frozenset(reads))
         if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):
             # `model.last_logits` where Net.forward did `self.last_logits = logits`
-            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads))
+            return Val(Kind.TENSOR, graph=True, reads=frozenset(reads), assumed=True)
         if full is not None and looks_like_module(full):
             return Val(Kind.MODULE, reads=frozenset(reads))
         if full is not None and full in self.scan.tensor_uses:  # `pattern.bitmask.is_contiguous()` in this body
@@ -923,7 +1006,7 @@ class Walker:
             return base.element(literal)
         if base.is_tensor:
             if advanced:  # advanced indexing copies
-                return tensor(base, int64=base.int64)
+                return tensor(base, int64=base.int64).with_(assumed=base.assumed)
             return view(base)
         if base.kind is Kind.MODULE:
             return Val(Kind.MODULE)
@@ -993,7 +1076,9 @@ class Walker:
         else:
             callee = UNKNOWN
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
-            return tensor(*positional, Val(graph=True))
+            # (a tensor only assumed, unless the module is one of torch's losses: see _loss_module)
+            return tensor(*positional, Val(graph=True)).with_(assumed=not callee.one_element,
+                                                              one_element=callee.one_element)
         return UNKNOWN
 
     def _class_helper(self, func: cst.Attribute) -> cst.FunctionDef | None:
@@ -1041,7 +1126,9 @@ class Walker:
             source = positional[0]
             return source if source.kind is Kind.CONTAINER else Val(Kind.CONTAINER, item=source.element(None))
         if name in ("sum",) and positional and positional[0].members():
-            return tensor(*positional[0].members()) if any(m.is_tensor for m in positional[0].members()) else UNKNOWN
+            members = positional[0].members()
+            return tensor(*members).with_(assumed=all(m.assumed for m in members if m.is_tensor)) \
+                if any(m.is_tensor for m in members) else UNKNOWN
         if name in api.SCALAR_BUILTINS:
             return Val(Kind.SCALAR, reads=frozenset().union(*(v.reads for _, v in args)) if args else frozenset())
         return None
@@ -1061,6 +1148,17 @@ class Walker:
                 self.env[params[0]] = saved
 
     def _method(self, e, method: str, receiver: Val, args, positional, keywords) -> Val | None:
+        if method == "backward" and not positional and "gradient" not in keywords \
+                and isinstance(e.func.value, cst.Name) and e.func.value.value in self.env \
+                and receiver.kind in (Kind.TENSOR, Kind.UNKNOWN) and self._condition_depth == self._passes[-1].depth:
+            # backward() without a gradient runs only on a one-element tensor: from here on it is one,
+            # and without retain_graph its graph is freed (known after a backward every pass runs)
+            name = e.func.value.value
+            retained = any(k in keywords and not (isinstance(keywords[k][0], cst.Name)
+                                                  and keywords[k][0].value == "False")
+                           for k in ("retain_graph", "create_graph"))
+            self.env[name] = self.env[name].with_(kind=Kind.TENSOR, assumed=False, one_element=True,
+                                                  consumed=not retained)
         if receiver.kind is Kind.CTX:
             if method == "save_for_backward":
                 self.walk.events.append(SavedForBackward(
@@ -1089,7 +1187,7 @@ class Walker:
                 return Val(Kind.MODULE)
             if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
                 # `model.compute_loss(x, y)`, `model.encode(x)`: the model's own computation
-                return tensor(*positional, Val(graph=True))
+                return tensor(*positional, Val(graph=True)).with_(assumed=True)
             return None  # `model.encoder(x)`: what the attribute is decides
         if method in api.PREPARING_METHODS and positional and receiver.kind is Kind.UNKNOWN \
                 and not any(a.keyword is not None for a, _ in args):
@@ -1116,13 +1214,28 @@ class Walker:
                 # a distribution made from graph-attached parameters: log_prob, entropy, rsample
                 if method in api.DETACHING_METHODS or method in api.SCALAR_METHODS:
                     return DETACHED if method in api.DETACHING_METHODS else SCALAR
-                return Val(Kind.TENSOR, graph=True, reads=receiver.reads)
+                return Val(Kind.TENSOR, graph=True, reads=receiver.reads, assumed=method not in _DISTRIBUTION_TENSORS)
             return None
         # A tensor method.
         if method in api.SCALAR_METHODS:
             return Val(Kind.SCALAR)
         if method in api.DETACHING_METHODS:
-            return Val(Kind.TENSOR, int64=receiver.int64)
+            return Val(Kind.TENSOR, int64=receiver.int64, assumed=receiver.assumed and method in _NOT_TENSOR_ONLY,
+                       one_element=receiver.one_element)
+        result = self._tensor_method(method, receiver, args, positional, keywords)
+        # What it proves: a method no tuple, dict, number or string has shows a tensor (the code
+        # runs); one element kept by an elementwise op or a full reduction (`loss.mean()`).
+        assumed = receiver.assumed and method in _NOT_TENSOR_ONLY
+        one = (method in _FULL_REDUCTIONS and not positional and set(keywords) <= {"dtype"}) or (
+            receiver.one_element and (method in _KEEPS_ELEMENTS or (method in _ELEMENTWISE_WITH and all(
+                v.one_element or (v.kind is Kind.SCALAR and not v.none) for _, v in args))))
+        if result.kind is Kind.TENSOR and (result.assumed != assumed or result.one_element != one):
+            result = result.with_(assumed=assumed, one_element=one)
+        return result
+
+    def _tensor_method(self, method: str, receiver: Val, args, positional, keywords) -> Val:
+        if method == "requires_grad_" and receiver.param:
+            return receiver  # in place: the parameter itself, a leaf with no graph
         int64 = receiver.int64
         dtype = self._dtype_is_int64(args)
         if method in api.INT64_METHODS:
@@ -1168,7 +1281,7 @@ class Walker:
             return Val(Kind.TENSOR, param=True)
         if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
             if api.is_nn_module_class(name):
-                return Val(Kind.MODULE)
+                return Val(Kind.MODULE, one_element=_loss_module(name, args))
             if name.startswith("torch.nn.init."):
                 return SCALAR
             return None
@@ -1180,7 +1293,7 @@ class Walker:
         if name in api.CHECKPOINT_FUNCTIONS and positional:
             function = positional[0]
             called = Val(graph=True) if function.kind is Kind.MODULE else UNKNOWN
-            return tensor(*positional[1:], called)
+            return tensor(*positional[1:], called).with_(assumed=True)  # what the function returns
         if api.is_distribution(name):
             # Not a tensor, but it holds its parameters: what they carry, its methods give.
             made = tensor(*(v for _, v in args))
@@ -1205,7 +1318,7 @@ class Walker:
             firsts = [positional[0]] if positional else []
             int64 = bool(firsts) and (firsts[0].int64 or (firsts[0].kind is Kind.CONTAINER and bool(firsts[0].members())
                                                             and all(m.int64 for m in firsts[0].members())))
-        return tensor(*sources, int64=int64)
+        return tensor(*sources, int64=int64).with_(one_element=_reduces_fully(name, args, positional, keywords))
 
     def _follow(self, function: cst.FunctionDef, call: cst.Call, args) -> None:
         """Walk a helper or closure that receives ctx, with its parameters bound to the

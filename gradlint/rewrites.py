@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from gradlint.names import code
-# Values a running total or a log keeps: a loss, a metric. `.item()` makes them Python floats.
-_SCALAR_NAME = re.compile(r"loss|total|running|sum|acc|metric|err", re.IGNORECASE)
+from gradlint.values import Val
 
 
 def _atomic(node: cst.BaseExpression) -> bool:
@@ -32,32 +29,16 @@ def is_display(node: cst.BaseExpression) -> bool:
     return isinstance(node, _DISPLAYS)
 
 
-def kept_value(node: cst.BaseExpression, holder: str, scope: cst.CSTNode | None = None) -> tuple[str, str]:
-    """What to keep instead of a graph-attached value, and the method used: `.item()` for what reads
-    as a scalar (a loss, a total), `.detach()` otherwise (an output, a hidden state), and also when
-    `scope` uses the holder as a tensor (`total.item()` later would fail on a float)."""
-    scalar = _SCALAR_NAME.search(code(node)) or _SCALAR_NAME.search(holder)
-    method = "item" if scalar and not (scope is not None and used_as_tensor(scope, holder)) else "detach"
+def kept_value(node: cst.BaseExpression, value: Val, floats_do: bool) -> tuple[str, str] | None:
+    """What to keep instead of a graph-attached value, and the method used, or None when neither
+    is sure to be right code: `.item()` for a tensor proven to hold one element (a full reduction,
+    a torch loss, what backward() ran on) when every later use takes a Python number, `.detach()`
+    for another tensor the analysis proves is one (not a module's output, which is as often a
+    tuple, a dict or a ModelOutput, nor something read out of one, nor a tensor-or-None)."""
+    if is_display(node) or not value.proven_tensor or value.param:
+        return None
+    method = "item" if value.one_element and floats_do else "detach"
     return method_call(node, method), method
-
-
-# What a Python float has too: using these on a total does not show it must stay a tensor.
-_FLOAT_ATTRIBUTES = frozenset({"real", "imag", "conjugate", "hex", "is_integer", "as_integer_ratio"})
-
-
-def used_as_tensor(scope: cst.CSTNode, holder: str) -> bool:
-    """Whether `holder.<attribute>` appears in scope with an attribute a float does not have."""
-    found = False
-
-    class Uses(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            nonlocal found
-            if node.attr.value not in _FLOAT_ATTRIBUTES and code(node.value).strip() == holder:
-                found = True
-            return not found
-
-    scope.visit(Uses())
-    return found
 
 
 def statement_in_body(body: cst.BaseSuite, small: cst.BaseSmallStatement) -> cst.SimpleStatementLine | None:

@@ -52,6 +52,17 @@ class Val:
     # A view that may be a copy instead (`.contiguous()`, `.reshape()`, `.to()` return their
     # receiver or a new tensor, by its layout or dtype): not surely sharing its base's storage.
     may_copy: bool = False
+    # Kind.TENSOR only assumed, not proven: what a module call returns (as often a tuple, a dict or
+    # a ModelOutput), read out of one (by index, unpacking or attribute), or a tensor-or-None. A fix
+    # that rewrites the value (`.detach()`) needs a proven tensor.
+    assumed: bool = False
+    # A tensor proven to hold one element (`.item()` gives its number): a full reduction
+    # (`.mean()`, `.sum()` with no dim), a torch loss with its default reduction, what backward()
+    # was called on without a gradient, arithmetic of those with Python numbers.
+    one_element: bool = False
+    # backward() ran on it without retain_graph: its graph is freed, so no working code runs a
+    # backward through it again (a kept copy can lose its graph without changing any gradient).
+    consumed: bool = False
 
     def with_(self, **changes) -> "Val":
         return replace(self, **changes) if changes else self
@@ -65,6 +76,10 @@ class Val:
         if self.kind is not Kind.CONTAINER:
             return ()
         return self.elements + ((self.item,) if self.item is not None else ())
+
+    @property
+    def proven_tensor(self) -> bool:
+        return self.kind is Kind.TENSOR and not self.assumed and not self.none
 
     def holds_graph(self) -> bool:
         return self.graph or any(m.holds_graph() for m in self.members())
@@ -113,6 +128,7 @@ def view(base: Val, may_copy: bool = False, **changes) -> Val:
         view_of=frozenset(bases),
         reads=base.reads,
         may_copy=may_copy or base.may_copy,
+        assumed=base.assumed or base.kind is not Kind.TENSOR,
     ).with_(**changes)
 
 
@@ -120,7 +136,12 @@ def combine(*vals: Val) -> Val:
     """Arithmetic on `vals`: a tensor if any operand is one."""
     if any(v.is_tensor for v in vals):
         tensors = [v for v in vals if v.is_tensor]
-        return tensor(*vals, int64=all(t.int64 for t in tensors))
+        # A tensor if one operand is proven one; `out * 2` on an assumed one may be a tuple's repeat.
+        # One element when every tensor is, and the rest are Python numbers (`loss / n`).
+        return tensor(*vals, int64=all(t.int64 for t in tensors)).with_(
+            assumed=all(t.assumed for t in tensors),
+            one_element=all(t.one_element for t in tensors) and all(
+                v.is_tensor or (v.kind is Kind.SCALAR and not v.none) for v in vals))
     reads = frozenset().union(*(v.reads for v in vals))
     if all(v.kind is Kind.SCALAR for v in vals):
         return Val(Kind.SCALAR, reads=reads)
@@ -133,9 +154,9 @@ def either(a: Val, b: Val) -> Val:
     """What a name holds after two paths bound it: the later binding, except that None on one
     path and a tensor on the other is a tensor (or None)."""
     if a.none and b.is_tensor:
-        return b
+        return b.with_(assumed=True)
     if b.none and a.is_tensor:
-        return a
+        return a.with_(assumed=True)
     return b
 
 
@@ -143,9 +164,10 @@ def merge(a: Val, b: Val) -> Val:
     """One of two values (an `x if c else y`, two branches). `t if c else None` is a tensor or
     None: as good as a tensor for what ctx keeps (save_for_backward takes None)."""
     if a.none and not b.none:
-        return b.with_(reads=a.reads | b.reads)
+        return b.with_(reads=a.reads | b.reads, assumed=True)
     if b.none and not a.none:
-        return a.with_(reads=a.reads | b.reads)
+        return a.with_(reads=a.reads | b.reads, assumed=True)
     if a.kind is b.kind:
-        return replace(a, graph=a.graph or b.graph, int64=a.int64 and b.int64, reads=a.reads | b.reads)
+        return replace(a, graph=a.graph or b.graph, int64=a.int64 and b.int64, reads=a.reads | b.reads,
+                       assumed=a.assumed or b.assumed, one_element=a.one_element and b.one_element)
     return Val(reads=a.reads | b.reads)

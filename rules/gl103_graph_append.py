@@ -8,9 +8,9 @@ import libcst as cst
 
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import ContainerAdd
-from gradlint.lifetimes import holder_name, outlives_step
+from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.trained_buffers import container_key
-from gradlint.rewrites import is_display, kept_value
+from gradlint.rewrites import kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
@@ -18,9 +18,46 @@ _VERBS = {"append": "appended to", "appendleft": "appended to", "extend": "added
           "insert": "inserted into", "setitem": "stored into", "setdefault": "stored into", "update": "stored into"}
 
 
-def _in_forward(model: FileModel, walk) -> bool:
-    return walk.role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef) \
-        and model.runs_in_forward(walk.function)
+# Kept for a backward later (REINFORCE's episode, its helper's `torch.stack(...)`), kept by a
+# Module's forward for its output, or handed to the caller before its backward ran: reported,
+# never fixed.
+_LEFT_ALONE = """
+import torch
+from torch import nn
+from torch.distributions import Categorical
+def finish_episode(optimizer, log_probs, returns):
+    loss = -(torch.stack(log_probs) * returns).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    del log_probs[:]
+def train(policy, env, optimizer, episodes):
+    log_probs = []
+    for episode in range(episodes):
+        state = env.reset()
+        for t in range(100):
+            m = Categorical(policy(state))
+            action = m.sample()
+            log_probs.append(m.log_prob(action))
+            state, reward, done = env.step(action)
+        finish_episode(optimizer, log_probs, torch.ones(len(log_probs)))
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x, cache):
+        h = torch.relu(self.lin(x))
+        cache.append(h)
+        return h
+def collect(model, loader, optimizer):
+    seen = []
+    for x in loader:
+        loss = model(x).pow(2).mean()
+        seen.append(loss)
+        loss.backward()
+        optimizer.step()
+    return seen
+"""
 
 
 class GraphAppend(Rule):
@@ -87,10 +124,24 @@ for x, y in loader:
 ```
 
 ## Fix safety
-Unsafe: the value is stored as `.item()` when it reads as a scalar (a loss, a total: a Python
-float afterwards) and as `.detach()` otherwise (a tensor without a graph), so code that later
-expects a tensor, or calls backward through what it kept, changes. Offered for `append`,
-`insert` and `container[key] = value`.
+Unsafe: the value is stored as `.item()` (a Python float afterwards) or `.detach()` (a tensor
+without a graph). Offered for `append`, `insert` and `container[key] = value`, and only where the
+result is still right code; otherwise the finding stays, without a fix:
+- `.item()` only on a tensor proven to hold one element (a full reduction such as `.mean()` or
+  `.sum()` with no dim, a torch loss with its default reduction, a name `backward()` ran on, or
+  arithmetic of those with numbers), and only when every later use of the container takes
+  numbers (not `torch.stack(losses)`, not `losses[-1].cpu()`); `.detach()` otherwise.
+- Never on what is not proven a tensor: a module's output (as often a tuple, a dict or a
+  ModelOutput), something read out of one (`out["loss"]`, `out.logits`), a hook's output, a
+  tensor-or-None, a parameter.
+- Never when a backward the file shows reads what the container holds (REINFORCE's
+  `torch.stack(log_probs).sum().backward()`, in the function or in a helper of the file it is
+  passed to; a memory bank the step's loss reads), nor, unless backward already ran on the
+  value, when the container leaves what the file shows: returned, passed to another file's code,
+  the caller's list, another object's attribute, or self's when a method the file does not
+  define may read it. A returned list of losses backward ran on gets `.detach()`.
+- Never in a Module's forward or a method it runs: what it keeps may make the output, and a
+  detached copy silently stops training through that path.
 """
     VALID = (
         # One store per epoch, between the epochs' steps: no per-step accumulation.
@@ -483,17 +534,29 @@ def train_step(model, batch):
     HISTORY.append(loss)
     STATS[len(HISTORY)] = loss
 """, ("HISTORY.append(loss)", "STATS[len(HISTORY)] = loss")),
+        # A model's output may be a tuple, a dict or a ModelOutput (no `.detach()`): reported, not
+        # fixed; a tensor computed from it is one.
         Invalid("""
 class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.outputs, self.probs = [], []
     def step(self, batch):
         out = self.model(batch)
         self.outputs.append(out)
-""", ("self.outputs.append(out)",), fixed="""
+        self.probs.append(out.softmax(dim=-1))
+""", ("self.outputs.append(out)", "self.probs.append(out.softmax(dim=-1))"), fixed="""
 class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.outputs, self.probs = [], []
     def step(self, batch):
         out = self.model(batch)
-        self.outputs.append(out.detach())
+        self.outputs.append(out)
+        self.probs.append(out.softmax(dim=-1).detach())
 """),
+        Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "cache.append(h)", "seen.append(loss)"),
+                fixed=_LEFT_ALONE),
         Invalid("""
 class Trainer:
     def step(self, batch):
@@ -522,7 +585,7 @@ def critic_step(critic, real, fake, eps):
     grads, = torch.autograd.grad(critic(interp).sum(), interp, create_graph=True)
     gp = ((grads.norm(2, dim=1) - 1) ** 2).mean()
     gp.backward()
-    PENALTIES.append(gp.detach())
+    PENALTIES.append(gp.item())
 """),
         Invalid("""
 from torch.distributions import Normal
@@ -572,7 +635,7 @@ def embed_batch(model, tokens):
             for event in walk.of(ContainerAdd):
                 if event.where.no_grad or not event.value.holds_graph():
                     continue
-                if event.scope == "self-attribute" and (walk.role.kind == "module_forward" or _in_forward(model, walk)):
+                if event.scope == "self-attribute" and runs_in_forward(model, walk):
                     continue  # GL102 reports a module keeping its own activations
                 if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
                         and walk.made_afresh(*event.container_name.split("."), event):
@@ -585,7 +648,7 @@ def embed_batch(model, tokens):
                     continue  # an episode's log-probs, micro-batch losses: backward needs them, then they go
                 subject = holder_name(walk, event.container_name)
                 # The helper's own line takes whatever each caller gives: the fix is for a person.
-                fix = _keep_detached(event) if event.through is None else None
+                fix = _keep_detached(model, walk, event) if event.through is None else None
                 by = f" by {event.through}()" if event.through else ""
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
                     yield event, Hit(event.where.node, (
@@ -601,9 +664,12 @@ def embed_batch(model, tokens):
                     "store .item() or .detach() instead"), subject=subject, fix=fix)
 
 
-def _keep_detached(event: ContainerAdd) -> FixPlan | None:
-    """Unsafe: the container then holds floats (`.item()`) or tensors without a graph (`.detach()`),
-    and code that later calls backward() through them, or expects tensors, changes."""
+def _keep_detached(model: FileModel, walk, event: ContainerAdd) -> FixPlan | None:
+    """Unsafe: the container then holds floats (`.item()`) or tensors without a graph (`.detach()`).
+    Offered only where that is still right code: the value is proven a tensor (one element for
+    `.item()`, and every later use takes a number), nothing in the file differentiates what the
+    container holds later, nor can code the file does not show (it is returned, passed on, the
+    caller's), and the store is not in a Module's forward (what it keeps may make the output)."""
     node = event.where.node
     if isinstance(node, cst.Call) and event.method in ("append", "appendleft", "insert") and node.args \
             and node.args[-1].keyword is None and not node.args[-1].star:
@@ -612,7 +678,15 @@ def _keep_detached(event: ContainerAdd) -> FixPlan | None:
         value = node.value
     else:
         return None
-    if is_display(value):
+    if not event.value.proven_tensor or runs_in_forward(model, walk):
         return None
-    text, method = kept_value(value, event.container_name or "")
+    use = later_use(model, walk, event.container_name, event.scope)
+    # A value backward already ran on (its graph freed) no working code differentiates again: only
+    # what needs a tensor later is unknown then, and `.detach()` keeps one.
+    if use.differentiated or (use.unknown and not event.value.consumed):
+        return None
+    kept = kept_value(value, event.value, use.floats_do)
+    if kept is None:
+        return None
+    text, method = kept
     return FixPlan(f"Store .{method}()", Applicability.UNSAFE, (Replace(value, text),))

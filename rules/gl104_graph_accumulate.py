@@ -8,9 +8,9 @@ import libcst as cst
 
 from gradlint.findings import Applicability, Severity
 from gradlint.flow import AttributeStore, NameStore, may_leave_the_iteration
-from gradlint.lifetimes import holder_name, outlives_step
+from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.prescan import descendants
-from gradlint.rewrites import code, is_display, kept_value
+from gradlint.rewrites import code, kept_value
 from gradlint.trained_buffers import container_key
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
@@ -66,10 +66,22 @@ for x, y in loader:
 ```
 
 ## Fix safety
-Unsafe: `total += loss` becomes `total += loss.item()` when the value reads as a scalar (a loss,
-a total: the total is then a Python float) and `.detach()` otherwise (a tensor without a graph),
-so code that called backward through the total changes. Offered for `t += v`, `t = t + v` and
-`t = v + t`; other updates need a person to decide.
+Unsafe: `total += loss` becomes `total += loss.item()` (the total is then a Python float) or
+`total += loss.detach()` (a tensor without a graph). Offered for `t += v`, `t = t + v` and
+`t = v + t` (other updates need a person to decide), and only where the result is still right
+code; otherwise the finding stays, without a fix:
+- `.item()` only when `v` is a tensor proven to hold one element (a full reduction, a torch loss
+  with its default reduction, a name `backward()` ran on) and every later use of the total takes
+  a number (not `total.item()`, not `torch.isnan(total)`); `.detach()` otherwise.
+- Never when `v` is not proven a tensor: a module's output or what is read out of one
+  (`stats["acc"]` may be a float, `stats["done"]` a bool), a tensor-or-None.
+- Never when a backward the file shows reads the total (it is the loss: `self.loss += ...` then
+  `self.loss.backward()`; an A2C entropy bonus), nor, unless backward already ran on `v`, when the
+  total leaves what the file shows: returned (a helper summing micro-batch losses for its
+  caller's backward looks the same), passed to another file's code, the caller's object, or an
+  attribute of self that a method the file does not define may read (`self.backward()` of a base
+  class in another file).
+- Never in a Module's forward or a method it runs.
 """
     VALID = (
         # Truncated BPTT: the state is detached before the call that reads it, inside a branch
@@ -264,6 +276,9 @@ for x, y in loader:
         Invalid("""
 RUNNING = 0
 class Trainer:
+    def __init__(self, model, criterion):
+        self.model, self.criterion = model, criterion
+        self.epoch_loss = 0.0
     def train_step(self, x, y):
         global RUNNING
         loss = self.criterion(self.model(x), y)
@@ -273,6 +288,9 @@ class Trainer:
 """, ("self.epoch_loss = self.epoch_loss + loss", "RUNNING += loss"), fixed="""
 RUNNING = 0
 class Trainer:
+    def __init__(self, model, criterion):
+        self.model, self.criterion = model, criterion
+        self.epoch_loss = 0.0
     def train_step(self, x, y):
         global RUNNING
         loss = self.criterion(self.model(x), y)
@@ -280,17 +298,20 @@ class Trainer:
         self.epoch_loss = self.epoch_loss + loss.item()
         RUNNING += loss.item()
 """),
+        # `total_nll.item()` later: the total stays a tensor (`.detach()`); a number is returned.
         Invalid("""
+import torch.nn.functional as F
 def evaluate(model, loader):
     total_nll = 0.0
     for x, y in loader:
-        total_nll = total_nll + criterion(model(x), y)
+        total_nll = total_nll + F.nll_loss(model(x), y)
     return total_nll.item() / len(loader)
-""", ("total_nll = total_nll + criterion(model(x), y)",), fixed="""
+""", ("total_nll = total_nll + F.nll_loss(model(x), y)",), fixed="""
+import torch.nn.functional as F
 def evaluate(model, loader):
     total_nll = 0.0
     for x, y in loader:
-        total_nll = total_nll + criterion(model(x), y).detach()
+        total_nll = total_nll + F.nll_loss(model(x), y).detach()
     return total_nll.item() / len(loader)
 """),
         Invalid("""
@@ -303,7 +324,7 @@ def train_epoch(model, loader, optimizer):
         optimizer.step()
         epoch_loss[0] += loss
         epoch_loss[1] += len(x)
-    return epoch_loss
+    print(epoch_loss[0].item() / epoch_loss[1].item())
 """, ("epoch_loss[0] += loss",), fixed="""
 import torch
 def train_epoch(model, loader, optimizer):
@@ -312,9 +333,9 @@ def train_epoch(model, loader, optimizer):
         loss = criterion(model(x), y)
         loss.backward()
         optimizer.step()
-        epoch_loss[0] += loss.item()
+        epoch_loss[0] += loss.detach()
         epoch_loss[1] += len(x)
-    return epoch_loss
+    print(epoch_loss[0].item() / epoch_loss[1].item())
 """),
         # A `continue` between the call and the detach, or an unknown helper last: the graph rides on.
         Invalid("""
@@ -370,8 +391,9 @@ def train(lstm, optimizer, loader, h, c):
                             and not e.chained and not e.augmented and event.name not in e.value.reads, event.name)
                         if every_step:
                             continue  # `total = 0.0` on every step: it holds one step's graph at most
-                        yield self._hit(event.where.node, event.name, why, event.name, event.where.node,
-                                        walk.function, reset)
+                        fix = _add_detached(model, walk, event, event.name,
+                                            "local" if event.scope == "param" else event.scope)
+                        yield self._hit(event.where.node, event.name, why, event.name, fix, reset)
                 elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                         and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
                     if event.owner_name == walk.role.self_name and (walk.role.kind == "module_forward" or (
@@ -391,12 +413,11 @@ def train(lstm, optimizer, loader, h, c):
                         name)
                     if every_step:
                         continue
-                    yield self._hit(event.node, name, "an attribute", holder_name(walk, name), event.where.node,
-                                    walk.function, reset)
+                    scope = "self-attribute" if event.owner_name.split(".")[0] == walk.role.self_name else "attribute"
+                    fix = _add_detached(model, walk, event, name, scope)
+                    yield self._hit(event.node, name, "an attribute", holder_name(walk, name), fix, reset)
 
-    def _hit(self, node, name: str, why: str, subject: str, statement: cst.CSTNode, scope: cst.CSTNode,
-             reset: cst.CSTNode | None) -> Hit:
-        fix = _add_detached(statement, name, scope)
+    def _hit(self, node, name: str, why: str, subject: str, fix: FixPlan | None, reset: cst.CSTNode | None) -> Hit:
         advice = "sum loss.item() for a running total, .detach() state carried between steps"
         if reset is not None:  # bounded by the reset, but every step until then keeps its graph
             return Hit(node, (
@@ -504,11 +525,18 @@ def _reads_target(store) -> bool:
     return head in names and (target == head or target in code(node.value))
 
 
-def _add_detached(statement: cst.CSTNode, holder: str, scope: cst.CSTNode) -> FixPlan | None:
-    """Unsafe: the total becomes a Python float (`.item()`; `.detach()` when the function uses it as
-    a tensor) or a tensor without a graph (`.detach()`), and code that called backward() on the
-    total changes. Only `t += v` and `t = t + v` / `t = v + t` with a value that is no list or
-    tuple display: other updates (`h = h * a + x`) need a person to decide."""
+def _add_detached(model: FileModel, walk, event: NameStore | AttributeStore, holder: str,
+                  scope: str) -> FixPlan | None:
+    """Unsafe: the total becomes a Python float (`.item()`) or a tensor without a graph
+    (`.detach()`). Only `t += v` and `t = t + v` / `t = v + t`: other updates (`h = h * a + x`)
+    need a person to decide; and only where the result is still right code: `v` proven a tensor
+    (one element for `.item()`, and every later use of the total takes a number), nothing in the
+    file differentiates the total later, nor can code the file does not show (it is returned,
+    passed on, the caller's), and the update is not in a Module's forward."""
+    statement = event.where.node
+    kept_val = event.value if event.augmented else event.operand
+    if kept_val is None or not kept_val.proven_tensor or runs_in_forward(model, walk):
+        return None
     if isinstance(statement, cst.AugAssign) and isinstance(statement.operator, cst.AddAssign):
         value = statement.value
     elif isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
@@ -523,7 +551,13 @@ def _add_detached(statement: cst.CSTNode, holder: str, scope: cst.CSTNode) -> Fi
             return None
     else:
         return None
-    if is_display(value):
+    use = later_use(model, walk, holder, scope)
+    # A value backward already ran on (its graph freed) no working code differentiates again: only
+    # what needs a tensor later is unknown then, and `.detach()` keeps one.
+    if use.differentiated or (use.unknown and not kept_val.consumed):
         return None
-    text, method = kept_value(value, holder, scope)
+    kept = kept_value(value, kept_val, use.floats_do)
+    if kept is None:
+        return None
+    text, method = kept
     return FixPlan(f"Add .{method}()", Applicability.UNSAFE, (Replace(value, text),))
