@@ -103,8 +103,22 @@ def call(function: Callable[[], T], source_bytes: int = 0) -> T:
         done = threading.Event()
         box: list = [done]
         jobs.put((function, box))
-        done.wait()
+        _wait(done)
     return _unbox(box)
+
+
+def _wait(done: threading.Event) -> None:
+    """Wait for the job even through Ctrl-C, then raise the interrupt: an interpreter that shuts
+    down while the thread is inside libcst's native parser aborts (SIGABRT, seen). The parse was
+    as uninterruptible when it ran on the main thread."""
+    interrupted: BaseException | None = None
+    while not done.is_set():
+        try:
+            done.wait()
+        except BaseException as error:  # noqa: BLE001 - re-raised once the job is over
+            interrupted = interrupted or error
+    if interrupted is not None:
+        raise interrupted
 
 
 def _unbox(box: list):
@@ -130,6 +144,6 @@ def _call_alone(function: Callable[[], T], need: int) -> T:
             raise NoStack(f"{-(-need >> 30)} GiB of stack") from None
         finally:
             threading.stack_size(previous)
-        done.wait()
+        _wait(done)
         thread.join()
     return _unbox(box)

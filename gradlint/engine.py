@@ -23,7 +23,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from gradlint import deep
 from gradlint.config import Settings
 from gradlint.file_model import FileModel
-from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix
+from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix, split_lines
 from gradlint.findings import FileResult, Finding, Severity
 from gradlint.registry import all_rules
 from gradlint.rule import Hit, Rule
@@ -111,10 +111,11 @@ def _newer_syntax(source: str, error: SyntaxError) -> bool:
     chain). Asked only of files with a syntax error."""
     if sys.version_info >= (3, 12):
         return False  # nothing libcst reads is newer than 3.12's grammar
-    lines = source.splitlines()
+    lines = split_lines(source)  # CPython's line numbers: \f and \u2028 break no line
     if not error.lineno or not 0 < error.lineno <= len(lines):
         return False
-    if not _NEWER_SYNTAX_LINE.search(lines[error.lineno - 1]):
+    # 3.11 puts some f-string errors on the string's last line, which holds no prefix.
+    if not _NEWER_SYNTAX_LINE.search(lines[error.lineno - 1]) and not str(error.msg).startswith("f-string"):
         return False
 
     def parses() -> bool:
@@ -247,7 +248,7 @@ def _positions(module: cst.Module, tree: ast.Module | None, source: str,
     first_lines = _statement_first_lines(module, tree) if tree is not None else None
     if first_lines is None:
         return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    source_lines = source.splitlines(keepends=True)
+    source_lines = split_lines(source)
     positions: dict[cst.CSTNode, CodeRange] = {}
     for statement, first_line in zip(module.body, first_lines):
         if not wanted:
@@ -258,7 +259,7 @@ def _positions(module: cst.Module, tree: ast.Module | None, source: str,
         wanted -= inside
         alone = module.with_changes(header=(), body=(statement,), footer=())
         lead = len(getattr(statement, "leading_lines", ()))
-        code_lines = alone.code.splitlines(keepends=True)
+        code_lines = split_lines(alone.code)
         if lead >= len(code_lines) or not 0 < first_line <= len(source_lines) \
                 or code_lines[lead] != source_lines[first_line - 1]:
             return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -92,7 +92,12 @@ def test_an_ordinary_syntax_error_never_reaches_libcst(monkeypatch):
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 reads its own syntax")
 @pytest.mark.parametrize("line", ["type Pair = tuple[int, int]", "def first[T](xs: list[T]) -> T: return xs[0]",
-                                  "class Box[T]: pass", "label = f\"{'a' + \"b\"}\""])
+                                  "class Box[T]: pass", "label = f\"{'a' + \"b\"}\"",
+                                  # 3.11 puts these two errors on the string's last line, with no prefix
+                                  'report = f"""\nrows\n{"\\n".join(rows)}\nend\n"""',
+                                  'report = f"""\n{x  # a comment\n}\n"""',
+                                  # a form feed is no line break for CPython's line numbers
+                                  "\x0c\ndef first[T](xs: list[T]) -> T: return xs[0]"])
 def test_three_twelve_syntax_still_passes_on_an_older_python(line):
     result = lint_source(FUNCTION + line + "\n", "newer.py", RULESET)
     assert _codes(result) == ["GL101"]
