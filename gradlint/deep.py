@@ -38,7 +38,9 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _jobs: "queue.SimpleQueue[tuple[Callable[[], object], list]] | None" = None
 _owner_pid = -1  # a forked pool worker has the module state but not the thread
-_unavailable = False
+_stack_bytes = STACK_BYTES  # what the shared thread got
+# The main thread's own 8 MiB, for when no thread starts at all: only files this small fit it.
+_CALLER_STACK_BYTES = 8 << 20
 _THREAD_NAME = "gradlint-deep-stack"
 
 
@@ -62,26 +64,28 @@ def _serve(jobs: "queue.SimpleQueue[tuple[Callable[[], object], list]]", limit: 
 
 
 def _start() -> "queue.SimpleQueue | None":
-    global _jobs, _owner_pid, _unavailable
+    global _jobs, _owner_pid, _stack_bytes
     if _jobs is not None and _owner_pid == os.getpid():
         return _jobs
-    if _unavailable:
-        return None
     jobs: queue.SimpleQueue = queue.SimpleQueue()
     previous = threading.stack_size()
     try:
-        threading.stack_size(STACK_BYTES)
-        thread = threading.Thread(target=_serve, args=(jobs,), name=_THREAD_NAME, daemon=True)
-        thread.start()
-    except (RuntimeError, ValueError, MemoryError):
-        # No 1 GiB of address space (a strict overcommit policy, a 32-bit build): analyse on the
-        # caller's thread, where a deep file is a RecursionError (GL001) at the default limit.
-        _unavailable = True
-        return None
+        # A strict overcommit policy or a 32-bit build may refuse 1 GiB of address space: take
+        # the largest that starts, and let call() send what does not fit it elsewhere.
+        for size in (STACK_BYTES, STACK_BYTES // 4, STACK_BYTES // 16):
+            try:
+                threading.stack_size(size)
+                thread = threading.Thread(target=_serve, args=(jobs, RECURSION_LIMIT * size // STACK_BYTES),
+                                          name=_THREAD_NAME, daemon=True)
+                thread.start()
+            except (RuntimeError, ValueError, MemoryError):
+                continue
+            _jobs, _owner_pid, _stack_bytes = jobs, os.getpid(), size
+            return jobs
     finally:
         threading.stack_size(previous)
-    _jobs, _owner_pid = jobs, os.getpid()
-    return jobs
+    _stack_bytes = 0
+    return None
 
 
 class NoStack(Exception):
@@ -94,17 +98,24 @@ def call(function: Callable[[], T], source_bytes: int = 0) -> T:
     if threading.current_thread().name.startswith(_THREAD_NAME):
         return function()  # already there (a fix round re-lints from inside a job)
     need = source_bytes * STACK_PER_SOURCE_BYTE
-    if need > STACK_BYTES:
-        return _call_alone(function, need)
     with _lock:
         jobs = _start()
-        if jobs is None:
+        if jobs is None or need > _stack_bytes:
+            shared = False
+        else:
+            shared = True
+            done = threading.Event()
+            box: list = [done]
+            jobs.put((function, box))
+            _wait(done)
+    if shared:
+        return _unbox(box)
+    try:
+        return _call_alone(function, need)
+    except NoStack:
+        if need <= _CALLER_STACK_BYTES // 2:
             return function()
-        done = threading.Event()
-        box: list = [done]
-        jobs.put((function, box))
-        _wait(done)
-    return _unbox(box)
+        raise
 
 
 def _wait(done: threading.Event) -> None:
