@@ -98,11 +98,14 @@ def main() -> int:
         spec = importlib.util.find_spec("torch")
         roots = [Path(spec.origin).parent] if spec and spec.origin else [Path(__file__).parent.parent]
     sources = sorted(p for root in roots for p in root.rglob("*.py") if p.stat().st_size < 200_000)
+    # Code with fixes to apply, so that --fix is exercised too: the bundled examples and fixtures.
+    repository = Path(__file__).resolve().parent.parent
+    fixable = sorted(repository.glob("examples/*.py")) + sorted(repository.glob("tests/fixtures/*.py"))
     if not sources:
         print("no sources to mutate", file=sys.stderr)
         return 2
     problems: list[str] = []
-    made = 0
+    made = fixed_files = 0
     started = time.perf_counter()
     slowest = (0.0, "")
     while made < args.files:
@@ -110,8 +113,13 @@ def main() -> int:
             batch = Path(tmp)
             size = min(args.batch, args.files - made)
             for index in range(size):
-                if rng.random() < 0.15:
+                draw = rng.random()
+                if draw < 0.15:
                     text = FUNCTION + rng.choice(DEEP)(rng.choice([10, 300, 3_000, 20_000])) + "\n"
+                elif draw < 0.35 and fixable:
+                    text = Path(rng.choice(fixable)).read_text(encoding="utf-8")
+                    if draw < 0.28:
+                        text = _mutate(text, rng)
                 else:
                     text = _mutate(Path(rng.choice(sources)).read_text(encoding="utf-8", errors="replace"), rng)
                 (batch / f"f{index:04}.py").write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -130,6 +138,7 @@ def main() -> int:
             problems += _problems(fixed, f"fix, files {made - size}-{made}")
             after = {p.name: p.read_text(encoding="utf-8", errors="surrogatepass") for p in batch.glob("*.py")}
             changed = [name for name in before if before[name] != after[name]]
+            fixed_files += len(changed)
             for name in changed:
                 if _compiles(before[name]) and not _compiles(after[name]):
                     problems.append(f"fix broke {name} (batch ending {made}): it compiled before")
@@ -145,7 +154,8 @@ def main() -> int:
             print(f"{made}/{args.files} files, {elapsed:.1f} s for this batch, {len(changed)} fixed, "
                   f"{len(problems)} problems so far", flush=True)
     total = time.perf_counter() - started
-    print(f"{made} files in {total:.0f} s; slowest batch {slowest[0] * 1000:.0f} ms/file; {len(problems)} problems")
+    print(f"{made} files in {total:.0f} s, {fixed_files} changed by --fix; slowest batch "
+          f"{slowest[0] * 1000:.0f} ms/file; {len(problems)} problems")
     for problem in problems:
         print("  " + problem)
     return 1 if problems else 0

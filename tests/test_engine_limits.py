@@ -227,4 +227,6 @@ def test_fuzzing_mutated_real_sources_and_deep_programs_finds_nothing():
     run = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "bench" / "fuzz.py"),
                           "--files", "200", "--batch", "100", "--seed", "7"], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "200 files in" in run.stdout and "0 problems" in run.stdout.splitlines()[-1]
+    summary = run.stdout.splitlines()[-1]
+    assert summary.startswith("200 files in") and summary.endswith(" 0 problems"), summary
+    assert int(summary.split(", ")[1].split()[0]) > 0, summary  # --fix was exercised, not only check
