@@ -267,6 +267,8 @@ def _positions(module: cst.Module, tree: ast.Module | None, source: str,
         for node, where in MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider).items():
             positions[node] = CodeRange((where.start.line + shift, where.start.column),
                                         (where.end.line + shift, where.end.column))
+    if wanted:  # a node in no statement (the module itself, its header): the whole module places it
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     return positions
 
 
