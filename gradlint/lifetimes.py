@@ -16,7 +16,7 @@ import libcst as cst
 
 from gradlint.flow import Walk, Where
 from gradlint.names import dotted
-from gradlint.prescan import child_nodes, descendants, target_names
+from gradlint.prescan import assigned_paths, child_nodes, descendants, target_names
 
 
 def outlives_step(scope: str, name: str | None, where: Where) -> str | None:
@@ -251,7 +251,7 @@ class _Uses:
 
     def _flow(self, target: cst.BaseExpression, value: cst.BaseExpression, binds: bool = True) -> None:
         reads = _reads(value)
-        for name in _targets(target):
+        for name in assigned_paths(target, through_subscripts=True):  # `d[k] = v`: d holds v
             self.flows.append((name, reads))
         if binds:
             self.bound.update(target_names(target))
@@ -438,20 +438,6 @@ def _self_attributes(model) -> frozenset[str]:
 
 def _call_text(call: cst.Call) -> str:
     return dotted(call.func) or "a call"
-
-
-def _targets(target: cst.BaseExpression):
-    if isinstance(target, (cst.Name, cst.Attribute)):
-        name = dotted(target)
-        if name is not None:
-            yield name
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _targets(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _targets(target.value)
-    elif isinstance(target, cst.Subscript):  # `d[k] = v`: d holds v
-        yield from _targets(target.value)
 
 
 # What these give carries no graph: a value read through one is not differentiated through it.

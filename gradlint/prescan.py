@@ -480,6 +480,22 @@ def target_names(target: cst.BaseExpression) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+def assigned_paths(target: cst.BaseExpression, through_subscripts: bool = False) -> Iterator[str]:
+    """The names and dotted attributes an assignment target binds (`a`, `self.h`, both of
+    `a, *self.b`); with `through_subscripts`, also what `d[k] = v` stores into (`d`)."""
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        name = dotted(target)
+        if name is not None:
+            yield name
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from assigned_paths(element.value, through_subscripts)
+    elif isinstance(target, cst.StarredElement):
+        yield from assigned_paths(target.value, through_subscripts)
+    elif through_subscripts and isinstance(target, cst.Subscript):
+        yield from assigned_paths(target.value, through_subscripts)
+
+
 def _indexed_name(expr: cst.BaseExpression) -> str | None:
     """`name[...]` -> name."""
     if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name):

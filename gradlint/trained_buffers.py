@@ -19,12 +19,10 @@ A container is named by its last attribute or its plain name (`policy.saved_log_
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import libcst as cst
 
 from gradlint.names import dotted
-from gradlint.prescan import child_nodes
+from gradlint.prescan import assigned_paths, child_nodes
 
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _ADDING = frozenset({"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"})
@@ -162,7 +160,7 @@ class _Facts:
             for t, v in zip(target.elements, value.elements):  # `values, rewards = [], []`
                 self._bind(t.value, v.value)
             return
-        for name in _target_names(target):
+        for name in assigned_paths(target):
             self._flows(name, value)
             if "." not in name:
                 self._bound.add(name)
@@ -207,16 +205,6 @@ class _Facts:
             self.roots.append((self._at, _read_names(node.args[0].value)))
 
 
-def _target_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, (cst.Name, cst.Attribute)):
-        name = dotted(target)
-        if name is not None:
-            yield name
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
 
 
 def _read_names(node: cst.CSTNode) -> set[str]:
