@@ -32,11 +32,13 @@ from typing import Iterable, Sequence
 
 from gradlint import __version__
 from gradlint.findings import Applicability, Edit, Finding, Fix, Severity
+from gradlint.project import file_digest
 
 # Bump when the entry layout changes: a new format gets its own directory, and an entry carries
 # the format too, so an entry copied from another build is a miss rather than a misread.
 # 2: entries are keyed and tagged with the user's cache key.
-FORMAT = 2
+# 3: an entry lists the other project modules its findings rest on, with their digests.
+FORMAT = 3
 
 # GL000 (syntax error) and GL001 (unreadable file) are engine.SYNTAX_ERROR / engine.UNREADABLE,
 # spelled out because the engine imports this module. They depend on more than the file's bytes
@@ -84,6 +86,7 @@ class ResultCache:
         if secret is None:
             secret, self.disabled_reason = _user_key()
         self._secret = b"" if secret is None else bytes(secret)
+        self._digests: dict[str, str] = {}  # the project modules' digests read this run
         self._keyed()
         if self.disabled_reason is None:
             self.disabled_reason = self._prepare()
@@ -118,7 +121,8 @@ class ResultCache:
     def get(self, data: bytes, file_key: str, path: str) -> list[Finding] | None:
         """The findings stored for these bytes, placed at `path`; None on a miss, including an
         entry that is missing, unreadable, not a regular file, too big, truncated, corrupt, from
-        another format or not made under this user's key."""
+        another format or not made under this user's key, and one resting on another module of
+        the project that has changed since (or is gone)."""
         if self.disabled_reason is not None:
             return None
         target = self._entry_file(data, file_key)
@@ -129,17 +133,27 @@ class ResultCache:
         if not hmac.compare_digest(tag, self._tag(target, payload)):
             return None
         try:
-            return _decode(payload, path)
+            findings, depends = _decode(payload, path)
         except (ValueError, TypeError, RecursionError):
             return None
+        for dependency, digest in depends:
+            current = self._digests.get(dependency)
+            if current is None:
+                # Once per run: a module many files import is read once.
+                current = self._digests[dependency] = file_digest(dependency) or ""
+            if current != digest:
+                return None
+        return findings
 
-    def put(self, data: bytes, file_key: str, findings: Sequence[Finding]) -> None:
-        """Store the findings for these bytes; nothing when a finding is GL000/GL001."""
+    def put(self, data: bytes, file_key: str, findings: Sequence[Finding],
+            depends: dict[str, str] | None = None) -> None:
+        """Store the findings for these bytes, and the (path, digest) of each other module they
+        rest on; nothing when a finding is GL000/GL001."""
         if self.disabled_reason is not None:
             return
         if any(finding.code in UNCACHED_CODES for finding in findings):
             return
-        payload = _encode(findings)
+        payload = _encode(findings, depends or {})
         if len(payload) > ENTRY_LIMIT:
             return  # get() would not read it
         target = self._entry_file(data, file_key)
@@ -355,11 +369,11 @@ def _write_markers(directory: Path) -> None:
 # json.loads can build nothing but plain values from a corrupt file (marshal promises no such thing).
 
 
-def _encode(findings: Iterable[Finding]) -> bytes:
+def _encode(findings: Iterable[Finding], depends: dict[str, str]) -> bytes:
     rows = [[f.line, f.column, f.code, f.message, f.name, f.severity.value, f.end_line, f.end_column,
              f.subject, _fix_row(f.fix)] for f in findings]
     # ensure_ascii (the default) escapes lone surrogates instead of failing to encode them.
-    return json.dumps([FORMAT, rows], separators=(",", ":")).encode("ascii")
+    return json.dumps([FORMAT, rows, sorted(depends.items())], separators=(",", ":")).encode("ascii")
 
 
 def _fix_row(fix: Fix | None) -> list | None:
@@ -369,10 +383,17 @@ def _fix_row(fix: Fix | None) -> list | None:
             [[e.start, e.end, e.content, e.line, e.column, e.end_line, e.end_column] for e in fix.edits]]
 
 
-def _decode(raw: bytes, path: str) -> list[Finding]:
+def _decode(raw: bytes, path: str) -> tuple[list[Finding], list[tuple[str, str]]]:
     entry = json.loads(raw)
-    if type(entry) is not list or len(entry) != 2 or entry[0] != FORMAT or type(entry[1]) is not list:
+    if type(entry) is not list or len(entry) != 3 or entry[0] != FORMAT or type(entry[1]) is not list \
+            or type(entry[2]) is not list:
         raise _Corrupt("not an entry of this format")
+    depends = []
+    for row in entry[2]:
+        if type(row) is not list or len(row) != 2:
+            raise _Corrupt("not a dependency")
+        _require(str, *row)
+        depends.append((row[0], row[1]))
     findings = []
     for row in entry[1]:
         if type(row) is not list or len(row) != 10:
@@ -383,7 +404,7 @@ def _decode(raw: bytes, path: str) -> list[Finding]:
         findings.append(Finding(path=path, line=line, column=column, code=code, message=message, name=name,
                                 severity=Severity(severity), end_line=end_line, end_column=end_column,
                                 subject=subject, fix=None if fix is None else _decode_fix(fix)))
-    return findings
+    return findings, depends
 
 
 def _decode_fix(row: object) -> Fix:

@@ -20,6 +20,7 @@ from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, 
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import trained_and_emptied, trained_names
 from gradlint.prescan import Prescan, child_nodes
+from gradlint.project import Project, module_name_of
 from gradlint.names import ImportTable, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
 
@@ -83,12 +84,21 @@ class _ClassInfo:
 
 
 class FileModel:
-    def __init__(self, module: cst.Module, path: str = "<string>", source: str | None = None):
+    def __init__(self, module: cst.Module, path: str = "<string>", source: str | None = None,
+                 project: Project | None = None):
         self.module = module
         self.path = path
         # Text questions answered without a walk (None: ask the tree): does the file register hooks?
         self._source = source
-        self.imports = ImportTable()
+        # The modules around this one (None: the file alone, as for text given on stdin).
+        self.project = project
+        package = None
+        if project is not None:
+            dotted = module_name_of(path)[1]
+            package = dotted if path.endswith("__init__.py") else dotted.rpartition(".")[0]
+        self.imports = ImportTable(package)
+        self.top_level_classes: dict[str, cst.ClassDef] = {}
+        self._star_names: set[str] = set()  # names bound by a star import of a project module
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs, by name
         self._compiled: dict[str, str] = {}  # `fast = torch.compile(train_step)`: fast -> train_step
         self.module_names: set[str] = set()
@@ -140,14 +150,15 @@ class FileModel:
                                   {}, nested=not top)
                 self._classes.append(info)
                 if top:
-                    self.module_names.add(statement.name.value)
+                    self._bind_here(statement.name.value)
+                    self.top_level_classes[statement.name.value] = statement
                 self._scan(statement.body.body, owner=info, top=False, in_function=in_function)
             elif isinstance(statement, cst.FunctionDef):
                 if owner is not None:
                     owner.methods[statement.name.value] = statement
                 if top:
                     self.functions[statement.name.value] = statement
-                    self.module_names.add(statement.name.value)
+                    self._bind_here(statement.name.value)
                     self._note_custom_op(statement)
                 self._all_functions.append((statement, owner, in_function))
                 self._scan(statement.body.body, owner=None, top=False, in_function=statement)
@@ -157,7 +168,14 @@ class FileModel:
 
     def _scan_small(self, small: cst.BaseSmallStatement, top: bool) -> None:
         if isinstance(small, (cst.Import, cst.ImportFrom)):
+            stars = len(self.imports.stars)
             self.imports.add(small)
+            if self.project is not None and len(self.imports.stars) > stars:
+                # `from .imports import *`: its names, as the module that binds them says (tsai's
+                # `nn` and `Module` come from there). Bound later here, they are this file's again.
+                for name, target in self.project.star_bindings(self.imports.stars[-1]).items():
+                    self.imports.aliases[name] = target
+                    self._star_names.add(name)
             if top:
                 for alias in small.names if not isinstance(small.names, cst.ImportStar) else ():
                     bound = alias.asname.name if alias.asname else alias.name
@@ -168,7 +186,7 @@ class FileModel:
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             for target in targets:
                 if isinstance(target, cst.Name):
-                    self.module_names.add(target.value)
+                    self._bind_here(target.value)
                     if small.value is not None:
                         self._module_values[target.value] = self._module_level_value(small.value)
                         if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
@@ -181,6 +199,61 @@ class FileModel:
                             self._compiled.pop(target.value, None)
         elif top and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             self._note_register_autograd(small.value)
+
+    def _bind_here(self, name: str) -> None:
+        self.module_names.add(name)
+        if name in self._star_names:
+            self._star_names.discard(name)
+            self.imports.aliases.pop(name, None)
+
+    @property
+    def star_imports(self) -> list[str]:
+        return self.imports.stars
+
+    @cached_property
+    def exported_names(self) -> frozenset[str] | None:
+        """The names a literal `__all__` lists (what a star import of this module binds), or None."""
+        for statement in self.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign) and any(
+                            isinstance(t.target, cst.Name) and t.target.value == "__all__" for t in small.targets) \
+                            and isinstance(small.value, (cst.List, cst.Tuple)):
+                        names = [e.value.evaluated_value for e in small.value.elements
+                                 if isinstance(e.value, cst.SimpleString)]
+                        return frozenset(n for n in names if isinstance(n, str))
+        return None
+
+    def imported_class(self, qualified: str | None):
+        """The facts of a class another module of the project defines (`ClassFacts`), or None."""
+        if self.project is None or not qualified or qualified in self.module_names:
+            return None
+        return self.project.class_facts(qualified)
+
+    def imported_call(self, qualified: str, args: list[tuple[cst.Arg, Val]]) -> Val | None:
+        """What calling a class or def of another project module gives: an instance of its
+        nn.Module, or the def's body walked there with these arguments (`compute_loss(out, y)`
+        from losses.py returns the model's output). None: not the project's, or unknown."""
+        if self.project is None:
+            return None
+        facts = self.project.class_facts(qualified)
+        if facts is not None:
+            return Val(Kind.MODULE) if facts.kind == "module" else None
+        found = self.project.function(qualified)
+        if found is None or self.project.calls_under_way >= self.MAX_CALL_DEPTH:
+            return None
+        model, function, module = found
+        # Its classes are not this file's: a value that names one would be looked up here.
+        given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
+        self.project.calls_under_way += 1
+        try:
+            with self.project.asking(module):
+                result = model.call_result(function, None, None, given, None, None)  # type: ignore[arg-type]
+        finally:
+            self.project.calls_under_way -= 1
+        if result.kind is Kind.UNKNOWN and not result.holds_graph():
+            return Val(Kind.TENSOR) if model.detaches(function) else None
+        return result.with_(module_class=None) if result.module_class else result
 
     def compiled(self, name: str) -> cst.FunctionDef | None:
         """The def a top-level `name = torch.compile(def_name, ...)` compiles: calling it runs that
@@ -245,7 +318,9 @@ class FileModel:
                         b in api.FUNCTION_BASES or b in function_names for b in info.bases):
                     function_names.add(name)
                     changed = True
-                if name not in module_names and (any(is_module_base(b) or b in module_names for b in info.bases)
+                if name not in module_names and (any(is_module_base(b) or b in module_names or (
+                                                         b not in api.FUNCTION_BASES and self._imported_module(b))
+                                                         for b in info.bases)
                                                  or self._module_like(info, function_names)):
                     module_names.add(name)
                     changed = True
@@ -275,6 +350,12 @@ class FileModel:
                 backward=self.functions.get(backward or ""), setup_context=self.functions.get(setup or ""),
                 op_name=op_name))
         return functions, modules
+
+    def _imported_module(self, base: str) -> bool:
+        """A base another module of the project defines as an nn.Module (recbole's models
+        subclass `GeneralRecommender` from `recbole.model.abstract_recommender`)."""
+        facts = self.imported_class(base)
+        return facts is not None and facts.kind == "module"
 
     def _module_like(self, info: _ClassInfo, function_names: set[str]) -> bool:
         """A class whose base comes from another file (`class MKR(KnowledgeRecommender)`) that

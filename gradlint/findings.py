@@ -81,3 +81,6 @@ class FileResult:
     fixes_applied: int = 0
     unfixed_findings: list[Finding] = field(default_factory=list)  # reported when the fixes cannot be written
     source_digest: str = ""  # of the text the fixes were made to, to notice a file changed meanwhile
+    # The other project modules the findings rest on, with the digests of the texts read: a cached
+    # result holds only while each of them is unchanged.
+    depends: dict[str, str] = field(default_factory=dict)

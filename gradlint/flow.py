@@ -12,18 +12,42 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator, Protocol
 
 import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.annotations import isinstance_test, narrowed
-from gradlint.names import code, dotted
+from gradlint.names import ImportTable, code, dotted
 from gradlint.prescan import Prescan, child_nodes, descendants, target_names
 from gradlint.values import NONE, SCALAR, UNKNOWN, Kind, Val, combine, either, merge, new_binding, tensor, view
 
-if TYPE_CHECKING:
-    from gradlint.file_model import FileModel
+
+class FileFacts(Protocol):
+    """What a walk asks of the file it walks (FileModel answers): flow evaluates expressions, the
+    model knows the file's defs, classes and imports. Declared here so flow depends on no model."""
+
+    imports: ImportTable
+    functions: dict[str, cst.FunctionDef]
+    module_names: set[str]
+    module_class_names: set[str]
+    function_class_names: set[str]
+    plain_class_names: set[str]
+
+    def prescan(self, function: cst.FunctionDef | cst.Module) -> Prescan: ...
+    def names_in(self, node: cst.CSTNode) -> frozenset[str]: ...
+    def loop_info(self, node: cst.For | cst.While, scan: Prescan) -> Any: ...
+    def call_result(self, function: cst.FunctionDef, owner: Any, call: cst.Call | None, args: list,
+                    receiver: Val | None, receiver_name: str | None, keep: Any = None) -> Val: ...
+    def imported_call(self, qualified: str, args: list) -> Val | None: ...
+    def compiled(self, name: str) -> cst.FunctionDef | None: ...
+    def detaches(self, function: cst.FunctionDef) -> bool: ...
+    def method_of(self, class_name: str, method: str) -> Any: ...
+    def class_attribute(self, class_name: str, attribute: str) -> Val | None: ...
+    def declared_value(self, annotation: cst.BaseExpression, value: Val = ...) -> Val: ...
+    def global_value(self, name: str) -> Val: ...
+    def stores_graph_on_self(self, module_class: str, attribute: str) -> bool: ...
+    def returns_int64(self, name: str) -> bool: ...
 
 
 # A name that is almost always a module or a loss function in training code.
@@ -170,7 +194,7 @@ class FunctionRole:
 class Walk:
     """The events of one function walked under one role."""
 
-    def __init__(self, model: "FileModel", function: cst.FunctionDef | cst.Module, role: FunctionRole):
+    def __init__(self, model: FileFacts, function: cst.FunctionDef | cst.Module, role: FunctionRole):
         self.model = model
         self.function = function
         self.role = role
@@ -1068,6 +1092,9 @@ class Walker:
                 return UNKNOWN
             if name in self.model.plain_class_names:  # `meter = Meter()` in the training function
                 return Val(module_class=name)
+            imported = self.model.imported_call(name, args)
+            if imported is not None:
+                return imported
 
         if isinstance(func, cst.Attribute):
             callee = self._attribute(func, base=receiver)

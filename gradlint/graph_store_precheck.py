@@ -489,6 +489,7 @@ class _GraphValues:
         name = _dotted(func)
         if name is None:
             return found
+        local_head = name.partition(".")[0]
         name = self.facts.qualify(name)
         if name in ("torch.autograd.grad", "torch.autograd.functional.vjp") \
                 and any(k.arg == "create_graph" for k in e.keywords):
@@ -506,6 +507,9 @@ class _GraphValues:
             return found | _Kinds(tensor=True, graph=passes_graph or self._kinds(e.args[0]).module)
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
+        if local_head in self.facts.foreign or ("*" in self.facts.foreign and "." not in name):
+            # A class may be an nn.Module (called, a graph); a def may return what it is given.
+            return found | _Kinds(module=True, tensor=True, graph=passes_graph)
         return found
 
     def _own_call(self, name: str, passes_graph: bool, passes_module: bool = False) -> _Kinds:
@@ -627,6 +631,7 @@ class _FileFacts:
 
     def __init__(self, tree: ast.Module):
         self.aliases: dict[str, str] = {}
+        self.foreign: set[str] = set()  # names from-imported from outside torch ("*": a star import)
         self.classes: list[_Class] = []
         # Attributes any method stores (`self.x = v`, setattr): reading one from an instance of a
         # module class may give what its forward stored there (flow's stores_graph_on_self).
@@ -949,6 +954,11 @@ class _FileFacts:
                 self.aliases.setdefault(head, head)
 
     def _import_from(self, node: ast.ImportFrom, scope: _Scope, loops) -> None:
+        module = node.module or ""
+        if node.level or not (module == "torch" or module.startswith("torch.")):
+            # Another module's names (the project's, or a library's): FileModel asks the project
+            # what they are (Project.class_facts, FileModel.imported_call); here they may be anything.
+            self.foreign |= {alias.asname or alias.name for alias in node.names}
         if node.level or any(alias.name == "*" for alias in node.names):
             return
         for alias in node.names:

@@ -37,8 +37,12 @@ def _module_name(node: cst.BaseExpression | None) -> str:
 class ImportTable:
     """Maps each locally bound import name to the dotted name it stands for."""
 
-    def __init__(self) -> None:
+    def __init__(self, package: str | None = None) -> None:
         self.aliases: dict[str, str] = {}
+        # The package this file's relative imports start from (None: not known, so they stay
+        # unresolved), and the modules it star-imports, resolved.
+        self.package = package
+        self.stars: list[str] = []
 
     def add(self, node: cst.Import | cst.ImportFrom) -> None:
         if isinstance(node, cst.Import):
@@ -53,14 +57,30 @@ class ImportTable:
                     head = full.split(".")[0]
                     self.aliases.setdefault(head, head)
             return
-        if node.relative or isinstance(node.names, cst.ImportStar):
-            return
         base = _module_name(node.module)
+        if node.relative:
+            base = self._absolute(len(node.relative), base)
+            if base is None:
+                return
+        if isinstance(node.names, cst.ImportStar):
+            if base:
+                self.stars.append(base)
+            return
         for alias in node.names:
             name = _module_name(alias.name)
             local = dotted(alias.asname.name) if alias.asname else name  # type: ignore[arg-type]
             if local:
                 self.aliases[local] = f"{base}.{name}" if base else name
+
+    def _absolute(self, dots: int, module: str) -> str | None:
+        """`from ..layers import MLP` in `pkg.models.net`: `pkg.layers`."""
+        if not self.package:  # not in a package: Python refuses relative imports there too
+            return None
+        parts = self.package.split(".")
+        if dots > len(parts):
+            return None  # above the top package: Python raises ImportError too
+        base = ".".join(parts[:len(parts) - (dots - 1)])
+        return f"{base}.{module}" if module else base
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         """The dotted name `node` stands for once imports are applied (`th.nn.Module` ->

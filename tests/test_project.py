@@ -1,0 +1,94 @@
+"""Findings that rest on another file of the project: a base class, a layer, a loss imported from
+elsewhere carry the same facts as when they are defined in the checked file.
+
+Each project under tests/fixtures/projects/ marks the lines it expects a finding on with
+`# expect: GLxxx`; every other line must stay quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECTS = Path(__file__).parent / "fixtures" / "projects"
+EXPECT = re.compile(r"#\s*expect:\s*(GL\d{3})")
+
+
+def _expected(root: Path) -> set[tuple[str, int, str]]:
+    found = set()
+    for file in sorted(root.rglob("*.py")):
+        for number, line in enumerate(file.read_text().splitlines(), 1):
+            for code in EXPECT.findall(line):
+                found.add((file.relative_to(root).as_posix(), number, code))
+    return found
+
+
+def _check(*paths: Path, cwd: Path, extra: tuple[str, ...] = ("--no-cache",)) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-m", "gradlint", "check", "--isolated", "--exit-zero", *extra,
+                           "--output-format", "json", *map(str, paths)],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
+    return {(Path(f["filename"]).resolve().relative_to(root.resolve()).as_posix(), f["location"]["row"], f["code"])
+            for f in findings if f["code"] != "GL000"}
+
+
+@pytest.mark.parametrize("name", ["trainer", "cycle", "missing", "stars"])
+def test_each_project_gets_exactly_its_expected_findings(name: str):
+    root = PROJECTS / name
+    assert _found(root, _check(root, cwd=root)) == _expected(root)
+
+
+def test_a_file_checked_alone_still_reads_the_modules_it_imports():
+    root = PROJECTS / "trainer"
+    findings = _check(root / "pkg" / "models" / "net.py", cwd=root)
+    assert _found(root, findings) == {("pkg/models/net.py", 14, "GL102")}
+    findings = _check(root / "train.py", cwd=PROJECTS)  # from another directory: the same
+    assert _found(root, findings) == {("train.py", 20, "GL103")}
+
+
+def test_a_broken_or_missing_module_is_unknown_not_an_error():
+    root = PROJECTS / "missing"
+    findings = _check(root, cwd=root)
+    assert {(Path(f["filename"]).name, f["code"]) for f in findings} == {("broken.py", "GL000")}
+
+
+def test_a_change_to_an_imported_module_rechecks_the_files_that_rest_on_it(tmp_path: Path):
+    from gradlint.check import CheckRequest, run_check
+
+    project = tmp_path / "trainer"
+    shutil.copytree(PROJECTS / "trainer", project)
+    (project / "pyproject.toml").write_text("[tool.gradlint]\n")
+
+    def run():
+        return run_check(CheckRequest(paths=[project], jobs=1))
+
+    first = run()
+    assert {(Path(f.path).name, f.code) for f in first.findings} == {("net.py", "GL102"), ("train.py", "GL103")}
+    assert run().files_cached == first.files_checked
+    # BaseModel stops being an nn.Module: net.py's finding rested on it and goes; train.py's
+    # rests on the losses (and on backward being called on the output), and stays.
+    base = project / "pkg" / "models" / "base.py"
+    base.write_text(base.read_text().replace("class BaseModel(nn.Module):", "class BaseModel:"))
+    third = run()
+    assert {(Path(f.path).name, f.code) for f in third.findings} == {("train.py", "GL103")}
+    # Only base.py itself and the files that read it were checked again (net.py, train.py);
+    # layers.py, losses.py, the meter and the package __init__s were answered from the cache.
+    assert third.files_checked - third.files_cached == 3
+    # The penalty becomes a Python number: train.py, which imports it, is checked again.
+    losses = project / "pkg" / "losses.py"
+    losses.write_text(losses.read_text().replace("return output.pow(2).mean()", "return output.pow(2).mean().item()"))
+    fourth = run()
+    assert fourth.findings == []
+    assert fourth.files_checked - fourth.files_cached == 2  # losses.py and train.py
+    assert run().files_cached == fourth.files_checked
