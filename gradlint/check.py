@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from gradlint import baseline as baselines
 from gradlint.cache import ResultCache
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import Discovery
 from gradlint.engine import RuleSet, fix_source, lint_bytes, lint_files
 from gradlint.findings import FileResult, Finding
+from gradlint.noqa import add_noqa
 from gradlint.registry import all_rules
-from gradlint.source import Unreadable, decode_source, text_digest
+from gradlint.source import Unreadable, decode_source, read_source, text_digest
 from gradlint.writeback import NotWritten, Refused, refusal, resolved_roots, write_fixed
 
 
@@ -37,6 +39,8 @@ class CheckRequest:
     diff: bool = False  # compute the fixes, write nothing
     unsafe_fixes: bool = False
     no_cache: bool = False
+    baseline: Path | None = None  # report only findings not in it; written when it does not exist
+    add_noqa: bool = False  # write `# noqa: CODE` on each finding's line
 
     @property
     def fix_mode(self) -> str | None:
@@ -67,6 +71,20 @@ class CheckOutcome:
     stdin_data: bytes = b""  # what was read from `-`
     warnings: list[str] = field(default_factory=list)
     files_cached: int = 0  # answered by the result cache
+    baseline_written: int | None = None  # entries in the baseline this run wrote
+    baseline_hidden: int = 0  # findings the baseline holds, not reported
+    baseline_gone: int = 0  # baseline entries no finding matches any more (fixed)
+    noqa_added: int = 0
+    noqa_files: int = 0
+    noqa_skipped: list[tuple[Finding, str]] = field(default_factory=list)
+
+    @property
+    def stdin_text(self) -> str | None:
+        """The text the findings from `-` refer to (after --fix, the fixed text)."""
+        if self.changes:
+            return self.changes[0].after
+        source = decode_source(self.stdin_data, max_bytes=1 << 62)
+        return source if isinstance(source, str) else None
 
     @property
     def fixed(self) -> int:
@@ -122,7 +140,9 @@ def run_check(request: CheckRequest) -> CheckOutcome:
         errors = [(name, result.internal_error)] if result.internal_error else []
         changes = [Change(name, source, result.fixed_source, result.fixes_applied)] \
             if result.fixed_source is not None else []
-        return CheckOutcome(result.findings, 1, errors, changes, stdin_data=data)
+        outcome = CheckOutcome(result.findings, 1, errors, changes, stdin_data=data)
+        _apply_baseline(request, outcome, {name: outcome.stdin_text} if outcome.stdin_text is not None else {})
+        return outcome
 
     for path in request.paths:
         problem = _path_problem(path)
@@ -146,7 +166,60 @@ def run_check(request: CheckRequest) -> CheckOutcome:
         if result.internal_error:
             outcome.internal_errors.append((result.path, result.internal_error))
     outcome.findings.sort()
+    _apply_baseline(request, outcome, {})
+    if request.add_noqa:
+        _add_noqa(request, outcome)
     return outcome
+
+
+def _apply_baseline(request: CheckRequest, outcome: CheckOutcome, sources: dict[str, str]) -> None:
+    """Write the baseline when there is none (then nothing is reported), else keep only the
+    findings it does not hold. A baseline that cannot be read is a BaselineError (exit 2)."""
+    if request.baseline is None:
+        return
+    lines_of = baselines.lines_reader(sources)
+    if not _exists(request.baseline) and not request.baseline.is_symlink():
+        outcome.baseline_written = baselines.write(request.baseline, outcome.findings, lines_of)
+        outcome.baseline_hidden = len(outcome.findings)
+        outcome.findings = []
+        return
+    known = baselines.load(request.baseline)
+    outcome.findings, outcome.baseline_hidden, outcome.baseline_gone = known.split(outcome.findings, lines_of)
+
+
+def _add_noqa(request: CheckRequest, outcome: CheckOutcome) -> None:
+    """Write a `# noqa` for each finding into its file; what is silenced leaves the findings."""
+    silenceable = frozenset(rule.code for rule in all_rules())
+    roots = resolved_roots(request.paths)
+    by_path: dict[str, list[Finding]] = {}
+    for finding in outcome.findings:
+        by_path.setdefault(finding.path, []).append(finding)
+    left: list[Finding] = []
+    for path, findings in by_path.items():
+        source = read_source(path, max_bytes=1 << 62)
+        if isinstance(source, Unreadable):
+            outcome.noqa_skipped.extend((f, "the file cannot be read again") for f in findings
+                                        if f.code in silenceable)
+            left.extend(findings)
+            continue
+        result = add_noqa(source, findings, silenceable)
+        outcome.noqa_skipped.extend((f, why) for f, why in result.skipped if f.code in silenceable)
+        not_added = {id(f) for f, _ in result.skipped}
+        if result.added:
+            try:
+                write_fixed(path, result.source, text_digest(source), roots)
+            except Refused as error:
+                outcome.not_fixed.append((path, str(error)))
+                left.extend(findings)
+                continue
+            except NotWritten as error:
+                outcome.not_written.append((path, str(error)))
+                left.extend(findings)
+                continue
+            outcome.noqa_added += result.added
+            outcome.noqa_files += 1
+        left.extend(f for f in findings if id(f) in not_added)
+    outcome.findings = sorted(left)
 
 
 def _take_change(result: FileResult, request: CheckRequest, outcome: CheckOutcome) -> bool:

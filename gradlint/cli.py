@@ -22,13 +22,14 @@ from pathlib import Path
 
 import click
 
-from gradlint import __version__, reporters, usage_errors
+from gradlint import __version__, reporters, ruledocs, usage_errors
 from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
 from gradlint.fixes import split_lines
-from gradlint.registry import all_rules, rule_by_code
+from gradlint.registry import all_rules
 from gradlint.reporters import printable
 from gradlint.runtime_probe.cli import probe  # imports torch only when the command runs
+from gradlint.server import server  # imports pygls only when the command runs
 
 
 class _OutputFailed(Exception):
@@ -123,7 +124,9 @@ def main() -> None:
 @click.option("--select", help="Rule codes or prefixes to enable, instead of the defaults (comma-separated; ALL).")
 @click.option("--extend-select", help="Rule codes or prefixes to enable on top of the selection.")
 @click.option("--ignore", help="Rule codes or prefixes to disable.")
-@click.option("--output-format", type=click.Choice(sorted(reporters.FORMATS)), default="text", show_default=True)
+@click.option("--output-format", type=click.Choice(sorted([*reporters.FORMATS, *reporters.ALIASES])),
+              default="concise", show_default=True,
+              help="concise: one line per finding; full: also the source line, a caret and the fix (text is concise).")
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of the findings.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
 @click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else.")
@@ -137,13 +140,20 @@ def main() -> None:
               help="Also apply (with --fix, --diff) or count as fixable the unsafe fixes, which may change behaviour.")
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing; exit 1 if there are any.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache (.gradlint_cache).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False),
+              help="Report only findings not in this file; when it does not exist, write it with the current findings.")
+@click.option("--add-noqa", is_flag=True, help="Write `# noqa: CODE` on the line of each finding, to silence them all.")
 @_output_errors_exit_2
 def check(paths, select, extend_select, ignore, output_format, statistics, exit_zero, quiet, jobs,
-          stdin_filename, config_file, isolated, fix, unsafe_fixes, diff, no_cache) -> None:
+          stdin_filename, config_file, isolated, fix, unsafe_fixes, diff, no_cache, baseline, add_noqa) -> None:
     """Check PATHS (default: the current directory) for leaky autograd patterns."""
     from_stdin = list(paths) == [Path("-")]
     if from_stdin and sys.stdin is None:  # the descriptor was closed when Python started
         _error("cannot read stdin: it is closed")
+        sys.exit(2)
+    conflict = _conflicting_options(from_stdin, fix, diff, baseline, add_noqa)
+    if conflict:
+        _write(f"gradlint check: error: {conflict} (see `gradlint check --help`)\n", err=True)
         sys.exit(2)
     request = CheckRequest(
         paths=list(paths) or [Path(".")],
@@ -151,6 +161,7 @@ def check(paths, select, extend_select, ignore, output_format, statistics, exit_
         jobs=jobs, stdin_filename=stdin_filename, config_file=config_file, isolated=isolated,
         stdin=sys.stdin.buffer if from_stdin else None,
         fix=fix, diff=diff, unsafe_fixes=unsafe_fixes, no_cache=no_cache,
+        baseline=baseline, add_noqa=add_noqa,
     )
     try:
         outcome = run_check(request)
@@ -167,7 +178,13 @@ def check(paths, select, extend_select, ignore, output_format, statistics, exit_
     for path, problem in outcome.not_written:
         _error(f"the fixes to {path} were not written: {problem}")
     for path, problem in outcome.not_fixed:
-        _write(f"gradlint: not fixed: {printable(path)}: {printable(problem)}\n", err=True)
+        _write(f"gradlint: not {'changed' if add_noqa else 'fixed'}: {printable(path)}: {printable(problem)}\n", err=True)
+    for finding, why in outcome.noqa_skipped:
+        _write(f"gradlint: noqa not added: {printable(finding.path)}:{finding.line}:{finding.column}: "
+               f"{finding.code}: {printable(why)}\n", err=True)
+    if outcome.baseline_written is not None:
+        _write(f"gradlint: wrote baseline {printable(str(baseline))} with {_plural(outcome.baseline_written, 'finding')}; "
+               f"later runs with --baseline report only new findings\n", err=True)
     if diff:
         _report_diff(outcome, quiet)
     else:
@@ -194,11 +211,36 @@ def _report(outcome, request: CheckRequest, output_format: str, statistics: bool
     if statistics:
         _write(reporters.statistics(findings), err=to_stderr)
     else:
-        _write(reporters.render(output_format, findings, request.unsafe_fixes), err=to_stderr)
-    if not quiet and output_format == "text":
-        _write(reporters.summary(findings, outcome.files_checked, outcome.fixed,
-                                 len(outcome.changes), request.unsafe_fixes),
-               err=statistics or to_stderr)
+        stdin = {_stdin_name(request): outcome.stdin_text} if request.stdin is not None and outcome.stdin_text else None
+        _write(reporters.render(output_format, findings, request.unsafe_fixes, stdin), err=to_stderr)
+    if not quiet and reporters.ALIASES.get(output_format, output_format) in reporters.TEXT_FORMATS:
+        summary = reporters.summary(findings, outcome.files_checked, outcome.fixed,
+                                    len(outcome.changes), request.unsafe_fixes)
+        if request.add_noqa:
+            summary = f"Added {_plural(outcome.noqa_added, 'noqa directive')} in {_plural(outcome.noqa_files, 'file')}.\n" \
+                + (summary if findings else "")
+        elif request.baseline is not None and outcome.baseline_written is None and outcome.baseline_hidden:
+            gone = f"; {outcome.baseline_gone} of its entries match nothing now" if outcome.baseline_gone else ""
+            summary += f"{_plural(outcome.baseline_hidden, 'finding')} in the baseline not shown{gone}.\n"
+        _write(summary, err=statistics or to_stderr)
+
+
+def _stdin_name(request: CheckRequest) -> str:
+    return request.stdin_filename or "-"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _conflicting_options(from_stdin: bool, fix: bool, diff: bool, baseline, add_noqa: bool) -> str | None:
+    if add_noqa and (fix or diff):
+        return "--add-noqa cannot be combined with --fix or --diff: fix first, then add noqa for what is left"
+    if add_noqa and from_stdin:
+        return "--add-noqa writes files; it cannot read stdin (`-`)"
+    if baseline is not None and diff:
+        return "--baseline cannot be combined with --diff"
+    return None
 
 
 def _report_diff(outcome, quiet: bool) -> None:
@@ -220,13 +262,13 @@ def _report_diff(outcome, quiet: bool) -> None:
 @_output_errors_exit_2
 def rule_command(code: str) -> None:
     """Explain one rule: what it does, why it is bad, and what to write instead."""
-    rule = rule_by_code(code)
-    if rule is None:
+    page = ruledocs.page_by_code(code)
+    if page is None:
         _error(f"no rule {code!r} (see `gradlint rules`)")
         sys.exit(2)
-    _write(f"# {rule.name} ({rule.code})\n\nDefault severity: {rule.severity.value}"
-           f"{'' if rule.default_enabled else ' (off by default)'}\n"
-           f"Fix: {rule.fix_safety or 'none'}\n\n{rule.doc.strip()}\n")
+    _write(f"# {page.name} ({page.code})\n\nDefault severity: {page.severity}"
+           f"{'' if page.default_enabled else ' (off by default)'}\n"
+           f"Fix: {page.fix_safety or 'none'}\nDocs: {ruledocs.rule_url(page.code)}\n\n{page.doc.strip()}\n")
 
 
 @main.command("rules", cls=usage_errors.Command)
@@ -239,3 +281,4 @@ def rules_command() -> None:
 
 
 main.add_command(probe)
+main.add_command(server)

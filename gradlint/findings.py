@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from gradlint.links import rule_url
+
 
 class Severity(enum.Enum):
     ERROR = "error"
@@ -48,9 +50,6 @@ class Fix:
     edits: tuple[Edit, ...]
 
 
-DOCS_URL = "https://github.com/gradlint/gradlint/blob/main/README.md#{code}"
-
-
 @dataclass(frozen=True, order=True)
 class Finding:
     path: str
@@ -67,7 +66,7 @@ class Finding:
 
     @property
     def url(self) -> str:
-        return DOCS_URL.format(code=self.code.lower())
+        return rule_url(self.code)
 
 
 @dataclass

@@ -3,62 +3,106 @@
 from __future__ import annotations
 
 import json
-import re
+import unicodedata
 from collections import Counter
-from typing import Any, Sequence
+from typing import Callable, Mapping, Sequence
 
+from gradlint.escaping import printable, valid_strings, valid_unicode  # noqa: F401 - re-exported
 from gradlint.findings import Applicability, Finding, Severity
-from gradlint.fixes import applicable
+from gradlint.fixes import applicable, split_lines
+from gradlint.ruledocs import rule_url
 from gradlint.sarif import sarif
 
 
-# What a terminal or a log viewer would act on instead of showing: C0 controls (newline, ESC, ...),
-# DEL, C1 controls, the bidi embeddings, overrides and isolates (which reorder the text shown, as in
-# "Trojan Source"), the Unicode line and paragraph separators, and surrogates (a file name that is
-# not UTF-8, as os.fsdecode gives it, or a lone surrogate from a string literal).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    if char in _SHORT_ESCAPES:
-        return _SHORT_ESCAPES[char]
-    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's stand-in for the byte it could not decode
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(value: str) -> str:
-    """`value` with what a terminal would interpret written as backslash escapes (`\\x1b`, `\\n`,
-    `\\u202e`; a file name's undecodable byte 0xff as `\\xff`), so a file name or a string from the
-    checked source cannot add lines, colour or move the cursor in gradlint's output."""
-    return _UNPRINTABLE.sub(_escape, value)
-
-
-def valid_unicode(value: str) -> str:
-    """`value` with its surrogates written as backslash escapes: JSON allows a lone `\\udcff`
-    escape in its grammar, but strict parsers (serde_json, for one) reject the whole document."""
-    return _SURROGATE.sub(_escape, value)
-
-
-def valid_strings(value: Any) -> Any:
-    """Every string in a JSON-able structure through `valid_unicode`."""
-    if isinstance(value, str):
-        return valid_unicode(value)
-    if isinstance(value, dict):
-        return {valid_unicode(k) if isinstance(k, str) else k: valid_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [valid_strings(v) for v in value]
-    return value
+def _headline(f: Finding, unsafe_fixes: bool) -> str:
+    """ruff's `[*]` marks a finding `--fix` would fix (with --unsafe-fixes: unsafe ones too)."""
+    return (f"{printable(f.path)}:{f.line}:{f.column}: {f.code}{' [*]' if applicable(f, unsafe_fixes) else ''} "
+            f"{printable(f.message)}\n")
 
 
 def text(findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
-    """ruff's `[*]` marks a finding `--fix` would fix (with --unsafe-fixes: unsafe ones too)."""
-    return "".join(f"{printable(f.path)}:{f.line}:{f.column}: {f.code}{' [*]' if applicable(f, unsafe_fixes) else ''} "
-                   f"{printable(f.message)}\n" for f in findings)
+    """`concise`: one line per finding, `path:line:col: CODE message`."""
+    return "".join(_headline(f, unsafe_fixes) for f in findings)
+
+
+# What `full` shows around a finding's line, as ruff does.
+_CONTEXT_LINES = 2
+_TAB_STOP = 4
+
+# path -> the file's lines, or None when it cannot be read (a GL001 file, one deleted since).
+SourceReader = Callable[[str], "list[str] | None"]
+
+
+def _display(line: str, start_width: int = 0) -> list[tuple[str, int]]:
+    """Each character of a source line as (what is shown, its width in terminal cells): a tab is
+    spaces to the next stop, wide (CJK) characters take two cells, combining marks none, and what
+    `printable` escapes is shown escaped. The caret line is laid out from the same widths."""
+    shown = []
+    width = start_width
+    for char in line:
+        if char == "\t":
+            piece = " " * (_TAB_STOP - width % _TAB_STOP)
+            cells = len(piece)
+        else:
+            piece = printable(char)
+            if piece != char:
+                cells = len(piece)
+            elif unicodedata.combining(char):
+                cells = 0
+            else:
+                cells = 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+        shown.append((piece, cells))
+        width += cells
+    return shown
+
+
+def _snippet(f: Finding, lines: list[str]) -> str:
+    first = max(1, f.line - _CONTEXT_LINES)
+    # A span over several lines is underlined on its first; the context after it shows how it goes on.
+    last = min(len(lines), f.line + _CONTEXT_LINES)
+    gutter = len(str(last))
+    blank = " " * gutter + " |"
+    out = [blank + "\n"]
+    for number in range(first, last + 1):
+        line = lines[number - 1].rstrip("\r\n")
+        cells = _display(line)
+        out.append(f"{number:>{gutter}} | {''.join(piece for piece, _ in cells)}".rstrip() + "\n")
+        if number == f.line:
+            start = min(f.column - 1, len(cells))
+            if f.end_line > f.line:  # a span over lines: underlined to the end of its first
+                end = len(cells)
+            else:  # no end (GL000, GL001: end_line 0) is one caret
+                end = max(start + 1, f.end_column - 1) if f.end_line == f.line else start + 1
+            lead = sum(width for _, width in cells[:start])
+            span = max(1, sum(width for _, width in cells[start:end]))
+            out.append(f"{blank} {' ' * lead}{'^' * span} {f.code}\n")
+    out.append(blank + "\n")
+    if f.fix is not None:
+        out.append(f"{' ' * gutter} = help: {printable(f.fix.message)}\n")
+    return "".join(out)
+
+
+def read_lines(path: str) -> list[str] | None:
+    from gradlint.source import read_source
+
+    text = read_source(path, max_bytes=1 << 62)
+    return split_lines(text) if isinstance(text, str) else None
+
+
+def full(findings: Sequence[Finding], unsafe_fixes: bool = False, sources: Mapping[str, str] | None = None,
+         reader: SourceReader = read_lines) -> str:
+    """ruff's `full`: each finding's line, then the source around it with a caret under the
+    finding's columns, and its fix as a `help:` line. `sources` gives the text of what is not a
+    file (stdin); every other path is read once, as it is now (after --fix: the fixed text)."""
+    cache: dict[str, list[str] | None] = {name: split_lines(text) for name, text in (sources or {}).items()}
+    parts = []
+    for f in findings:
+        if f.path not in cache:
+            cache[f.path] = reader(f.path)
+        lines = cache[f.path]
+        body = _snippet(f, lines) if lines is not None and 1 <= f.line <= len(lines) else ""
+        parts.append(_headline(f, unsafe_fixes) + body + "\n")
+    return "".join(parts)
 
 
 def _fix_record(finding: Finding) -> dict | None:
@@ -84,7 +128,7 @@ def as_json(findings: Sequence[Finding]) -> str:
             "filename": f.path,
             "location": {"row": f.line, "column": f.column},
             "end_location": {"row": f.end_line or f.line, "column": f.end_column or f.column},
-            "url": f.url,
+            "url": rule_url(f.code),
             "fix": _fix_record(f),
             "noqa_row": f.line,
         }
@@ -120,7 +164,10 @@ def github(findings: Sequence[Finding]) -> str:
     return "".join(lines)
 
 
-FORMATS = {"text": text, "json": as_json, "github": github, "sarif": sarif}
+FORMATS = {"concise": text, "full": full, "json": as_json, "github": github, "sarif": sarif}
+# `text` was the concise format's name before `full` existed; scripts that pass it keep working.
+ALIASES = {"text": "concise"}
+TEXT_FORMATS = ("concise", "full")  # followed by the summary line
 
 
 def statistics(findings: Sequence[Finding]) -> str:
@@ -129,9 +176,13 @@ def statistics(findings: Sequence[Finding]) -> str:
     return "".join(f"{n:>{width}}\t{code}\t{name}\n" for (code, name), n in sorted(counts.items()))
 
 
-def render(output_format: str, findings: Sequence[Finding], unsafe_fixes: bool = False) -> str:
-    if output_format == "text":
+def render(output_format: str, findings: Sequence[Finding], unsafe_fixes: bool = False,
+           sources: Mapping[str, str] | None = None) -> str:
+    output_format = ALIASES.get(output_format, output_format)
+    if output_format == "concise":
         return text(findings, unsafe_fixes)
+    if output_format == "full":
+        return full(findings, unsafe_fixes, sources)
     return FORMATS[output_format](findings)
 
 

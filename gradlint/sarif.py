@@ -12,12 +12,13 @@ from typing import Sequence
 from urllib.parse import quote
 
 from gradlint import __version__
-from gradlint.engine import SYNTAX_ERROR, UNREADABLE
-from gradlint.findings import DOCS_URL, Edit, Finding, Severity
+from gradlint.escaping import valid_strings
+from gradlint.findings import Edit, Finding, Severity
 from gradlint.registry import all_rules
+from gradlint.ruledocs import ENGINE_CODES, REPOSITORY_URL, rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-INFORMATION_URI = "https://github.com/gradlint/gradlint"
+INFORMATION_URI = REPOSITORY_URL
 SRCROOT = "%SRCROOT%"
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "note"}
@@ -25,18 +26,6 @@ _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "
 # Code scanning filters alerts by tag. The code's first digit is the family: GL1 memory held
 # across training steps, GL2 the autograd.Function contract, GL3 memory footprint.
 _FAMILY_TAG = {"GL1": "memory", "GL2": "correctness", "GL3": "memory"}
-
-# GL000 and GL001 are not Rule classes (the engine reports them when no rule could run), so
-# their descriptors are written here, in the shape of a rule's doc.
-_ENGINE_RULES = (
-    (SYNTAX_ERROR, "the file does not parse, so no rule checked it",
-     "## What it does\nReports a file that Python (or libcst) cannot parse, at the line and column "
-     "of the syntax error. No rule runs on that file until it parses.\n"),
-    (UNREADABLE, "the file cannot be read or parsed, so no rule checked it",
-     "## What it does\nReports a file gradlint cannot read: not UTF-8, NUL bytes, over "
-     "`max-file-size`, not a regular file, a symlink loop, or nested too deeply to parse. "
-     "No rule runs on that file.\n"),
-)
 
 
 def _section(doc: str, heading: str) -> str:
@@ -63,7 +52,7 @@ def _descriptor(code: str, name: str, summary: str, doc: str, severity: Severity
         "shortDescription": {"text": summary},
         "fullDescription": {"text": what, "markdown": what},
         "help": {"text": doc.strip(), "markdown": doc.strip()},
-        "helpUri": DOCS_URL.format(code=code.lower()),
+        "helpUri": rule_url(code),
         "defaultConfiguration": configuration,
     }
     if tags:
@@ -72,8 +61,9 @@ def _descriptor(code: str, name: str, summary: str, doc: str, severity: Severity
 
 
 def _descriptors() -> list[dict]:
-    descriptors = [_descriptor(code, name, summary, doc, Severity.ERROR, True, [])
-                   for (code, name), summary, doc in _ENGINE_RULES]
+    # The engine's own codes (GL000, GL001) are not Rule classes; ruledocs documents them.
+    descriptors = [_descriptor(c.code, c.name, c.summary, c.doc, Severity.ERROR, True, [])
+                   for c in ENGINE_CODES]
     for rule in all_rules():
         family = _FAMILY_TAG.get(rule.code[:3])
         descriptors.append(_descriptor(rule.code, rule.name, rule.summary, rule.doc, rule.severity,
@@ -141,9 +131,14 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict:
 def sarif(findings: Sequence[Finding]) -> str:
     """json.dumps escapes control characters; surrogates in a message (a string literal's
     `"\\udcff"`) become backslash escapes, so the log is valid Unicode for every parser."""
-    from gradlint.reporters import valid_strings  # reporters imports this module
 
     rules = _descriptors()
+    known = {d["id"] for d in rules}
+    # A code reported by neither a rule nor ENGINE_CODES still gets a descriptor, so its
+    # ruleIndex resolves: a log with a dangling index is rejected by code scanning.
+    for code, name in sorted({(f.code, f.name) for f in findings if f.code not in known}):
+        rules.append({"id": code, "name": name or code, "helpUri": rule_url(code)})
+        known.add(code)
     rule_index = {d["id"]: i for i, d in enumerate(rules)}
     log = {
         "$schema": SCHEMA,

@@ -77,8 +77,8 @@ def test_unknown_selector_is_a_usage_error(leaky_file):
     (["check", "--bogus"],
      "gradlint check: error: no such option '--bogus'. Did you mean '--jobs'? (see `gradlint check --help`)"),
     (["check", "--output-format", "xml"],
-     "gradlint check: error: invalid value for '--output-format': 'xml' is not one of 'github', 'json', "
-     "'sarif', 'text' (see `gradlint check --help`)"),
+     "gradlint check: error: invalid value for '--output-format': 'xml' is not one of 'concise', 'full', "
+     "'github', 'json', 'sarif', 'text' (see `gradlint check --help`)"),
     (["check", "--jobs", "0"],
      "gradlint check: error: invalid value for '-j' / '--jobs': 0 is not in the range x>=1 "
      "(see `gradlint check --help`)"),

@@ -29,9 +29,11 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 CODES = ("GL101", "GL102", "GL103", "GL104", "GL201", "GL301")
-SUBPACKAGES = ("rules", "runtime_probe", "cuda_ext")
+SUBPACKAGES = ("rules", "runtime_probe", "cuda_ext", "integrations")
 # Nothing but `gradlint` may land at the top of site-packages.
-FORBIDDEN_TOP_LEVEL = ("rules", "runtime_probe", "cuda_ext", "tests", "examples", "bench")
+FORBIDDEN_TOP_LEVEL = ("rules", "runtime_probe", "cuda_ext", "integrations", "tests", "examples", "bench")
+# The distribution's name: `gradlint` on PyPI is another project; the import package stays `gradlint`.
+DISTRIBUTION = "torch-gradlint"
 
 BAD = (Path(__file__).parent / "fixtures" / "square_leaky.py").read_text()
 
@@ -133,8 +135,8 @@ def wheel(checkout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("setuptools") is not None:
         cmd.insert(4, "--no-build-isolation")  # use this venv's setuptools: quicker, no index needed
     run(cmd)
-    wheels = sorted(out.glob("gradlint-*.whl"))
-    assert len(wheels) == 1, f"expected one gradlint wheel, got {wheels}"
+    wheels = sorted(out.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl"))
+    assert len(wheels) == 1, f"expected one {DISTRIBUTION} wheel, got {sorted(out.iterdir())}"
     return wheels[0]
 
 
@@ -180,6 +182,18 @@ def test_wheel_holds_gradlint_only(wheel: Path) -> None:
     sources = {p.name for p in (REPO / "cuda_ext" / "csrc").iterdir() if p.is_file()}
     assert sources and sources <= {n.rsplit("/", 1)[1] for n in names if n.startswith("gradlint/cuda_ext/csrc/")}, sources
     assert re.search(r"^gradlint\s*=\s*gradlint\.cli:main\s*$", entry_points, re.MULTILINE), entry_points
+
+
+def test_wheel_metadata_names_our_distribution_and_no_torch_dependency(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    assert re.search(rf"^Name: {DISTRIBUTION}$", metadata, re.MULTILINE), metadata[:400]
+    requires = re.findall(r"^Requires-Dist: (.*)$", metadata, re.MULTILINE)
+    # `pip install torch-gradlint` must leave the user's torch alone: torch comes only with [torch].
+    torch_lines = [r for r in requires if re.match(r"torch\b", r)]
+    assert torch_lines and all("extra ==" in r and "torch" in r.split("extra ==")[1] for r in torch_lines), requires
+    for extra in ("torch", "plot", "lightning", "hf", "lsp", "test"):
+        assert re.search(rf"^Provides-Extra: {extra}$", metadata, re.MULTILINE), extra
 
 
 def test_wheel_install(wheel: Path, samples: Path, tmp_path: Path) -> None:

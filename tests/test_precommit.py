@@ -8,11 +8,14 @@ way it would from GitHub. libcst and click come from the configured package inde
 two basic cases (a GL101 file fails, a clean file passes); the remaining cases go through a
 `.pre-commit-config.yaml` and `pre-commit install` with one PRE_COMMIT_HOME, so the hook's environment
 is built once, and they include a real `git commit` that the hook blocks.
+The README's snippet is run as written (only its repository address points at the local copy),
+at a local `vX.Y.Z` tag of the version in pyproject.toml: the rev scheme the README names.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,9 +24,16 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+RELEASE_TAG = f"v{VERSION}"  # the README's rev scheme: releases are tagged vX.Y.Z
 
 BAD = (Path(__file__).parent / "fixtures" / "square_leaky.py").read_text()
 
@@ -117,6 +127,7 @@ def hook_repo(tmp_module: Path, env: dict[str, str]) -> tuple[Path, str]:
     git_init(repo, env)
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "gradlint under test"], repo, env)
+    run(["git", "tag", RELEASE_TAG], repo, env)
     sha = run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
     return repo, sha
 
@@ -205,3 +216,63 @@ def test_hook_with_zero_python_files(installed: Path, env: dict[str, str]) -> No
     # `--files` naming only a non-Python file.
     proc = pre_commit("run", "--files", "notes.txt", cwd=installed, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ----- the README's snippet, at the release tag ---------------------------------------------
+
+def readme_snippet() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## pre-commit\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    return snippet
+
+
+def test_the_readme_snippet_names_the_release_tag_of_this_version() -> None:
+    import yaml  # pre-commit's own dependency
+
+    (repo,) = yaml.safe_load(readme_snippet())["repos"]
+    assert repo["rev"] == RELEASE_TAG
+    assert [hook["id"] for hook in repo["hooks"]] == ["gradlint-fix", "gradlint"]
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert {hook["id"]: hook["entry"] for hook in hooks} == {"gradlint": "gradlint check",
+                                                             "gradlint-fix": "gradlint check --fix"}
+
+
+def _configure(project: Path, hook_repo: tuple[Path, str], snippet: str, env: dict[str, str]) -> None:
+    # The snippet as the README has it; only the repository's address points at the local copy.
+    config = snippet.replace("https://github.com/gradlint/gradlint", str(hook_repo[0]))
+    assert config != snippet
+    (project / ".pre-commit-config.yaml").write_text(config)
+    run(["git", "add", ".pre-commit-config.yaml"], project, env)
+
+
+def test_readme_snippet_fixes_a_leaky_file_then_passes(hook_repo: tuple[Path, str], project: Path,
+                                                       env: dict[str, str]) -> None:
+    _configure(project, hook_repo, readme_snippet(), env)
+    run(["git", "add", "bad.py", "clean.py"], project, env)
+    proc = pre_commit("run", "--all-files", cwd=project, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "gradlint (apply safe fixes)" in out and "files were modified by this hook" in out, out
+    fixed = (project / "bad.py").read_text()
+    assert "ctx.save_for_backward(out)" in fixed and "ctx.out" not in fixed, fixed
+    again = pre_commit("run", "--all-files", cwd=project, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("Passed") == 2, again.stdout
+
+
+def test_check_hook_at_the_tag_fails_on_a_leak_the_fix_cannot_fix(hook_repo: tuple[Path, str], project: Path,
+                                                                  env: dict[str, str]) -> None:
+    check_only = readme_snippet().replace("      - id: gradlint-fix", "      # - id: gradlint-fix")
+    _configure(project, hook_repo, check_only, env)
+    run(["git", "add", "clean.py"], project, env)
+    proc = pre_commit("run", "--all-files", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # backward returns one gradient for two inputs: GL201, which has no fix.
+    (project / "short.py").write_text(CLEAN.replace("class ", "class Short", 1).replace(
+        "def forward(ctx, x)", "def forward(ctx, x, scale)"))
+    run(["git", "add", "short.py"], project, env)
+    proc = pre_commit("run", "--all-files", cwd=project, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "short.py:" in out and "GL201" in out, out

@@ -151,7 +151,9 @@ def test_examples_give_a_valid_log_with_every_rule_described(validator):
         for field in ("shortDescription", "fullDescription", "help"):
             assert descriptor[field]["text"].strip(), (descriptor["id"], field)
         assert descriptor["help"]["markdown"].strip()
-        assert descriptor["helpUri"].endswith("#" + descriptor["id"].lower())
+        # The rule's page in docs/rules, which exists in the checkout (test_rule_docs keeps it current).
+        assert descriptor["helpUri"].endswith(f"/docs/rules/{descriptor['id']}.md")
+        assert (REPO / "docs" / "rules" / f"{descriptor['id']}.md").is_file()
     gl101 = next(d for d in driver["rules"] if d["id"] == "GL101")
     assert "## Why is this bad?" in gl101["help"]["markdown"]
     assert gl101["defaultConfiguration"] == {"level": "error"}
@@ -161,6 +163,17 @@ def test_examples_give_a_valid_log_with_every_rule_described(validator):
     assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == REPO.as_uri() + "/"
     levels = {r["ruleId"]: r["level"] for r in run["results"]}
     assert levels["GL101"] == "error" and levels["GL301"] == "note"
+
+
+def test_a_code_no_rule_describes_still_gets_a_descriptor_its_result_resolves_to(validator):
+    # An engine code added without a doc entry must not give a log with a dangling ruleIndex.
+    finding = Finding("op.py", 3, 5, "GL999", "something the engine reports", name="engine-check",
+                      end_line=3, end_column=9)
+    log = json.loads(sarif([finding]))
+    assert_valid(validator, log)
+    ((result, descriptor),) = results_by_rule(log)
+    assert descriptor == {"id": "GL999", "name": "engine-check",
+                          "helpUri": "https://github.com/gradlint/gradlint/blob/main/docs/rules/GL999.md"}
 
 
 def test_every_result_names_a_rule_of_the_driver(validator):

@@ -48,3 +48,19 @@ def test_file_wide_noqa_on_its_own_line():
 def test_noqa_inside_a_string_does_not_count():
     source = OP.format(a='; note = "# noqa"', b="")
     assert ("GL101", 7) in codes_and_lines(source)
+
+
+def test_noqa_after_a_multi_line_string_covers_the_lines_it_spans():
+    # `ctx.a = out` starts on a line that ends inside the string: a comment cannot go there.
+    source = OP.format(a='; ctx.doc = """first\n    second"""  # noqa: GL101', b="")
+    assert codes_and_lines(source) == [("GL101", 9)]
+
+
+def test_noqa_after_a_backslash_continuation_covers_the_joined_lines():
+    source = OP.format(a="", b="").replace("ctx.a = out\n", "ctx.a = \\\n        out  # noqa: GL101\n")
+    assert codes_and_lines(source) == [("GL101", 9)]
+
+
+def test_noqa_on_the_next_statement_does_not_reach_back():
+    source = OP.format(a="", b="  # noqa: GL101")
+    assert codes_and_lines(source) == [("GL101", 7)]
