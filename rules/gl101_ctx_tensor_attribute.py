@@ -601,36 +601,40 @@ class Cube(torch.autograd.Function):
                 # and so would `ctx.perm = perm` for a NumPy perm known only by `perm.shape`
                 fix = _save_instead(function, walk, store) \
                     if store.value.kind is Kind.TENSOR and not _known_by_shape_only(model, walk, store) else None
-                attr = f"{store.owner_name}.{store.attribute}"
+                # The attribute, then what it holds: `ctx.out holds its own output: ...`. The measured
+                # why (the cycle, how long it lives) is in the doc.
+                attr, holds = f"{store.owner_name}.{store.attribute}", "holds"
                 if store.attribute == "<dynamic>":
-                    attr = f"the attribute `{code(store.node).strip()}` sets"
+                    attr, holds = f"setattr({store.owner_name}, ...)", "stores"
                 subject = f"{function.name}.ctx.{store.attribute}"
+                save = _save_call(store)
+                severity = Severity.ERROR
                 if kind == "view":
-                    yield Hit(store.node, (
-                        f"{attr} holds a view of {function.name}'s own output: a reference cycle "
-                        "(output -> grad_fn -> ctx -> view -> output) that the cyclic collector never frees, "
-                        "a permanent leak every call (measured, torch 2.13); save the output with "
-                        "ctx.save_for_backward(...) and slice it in backward"), Severity.ERROR, subject, fix)
+                    message = (f"{attr} {holds} a view of its own output: a cycle never freed; save_for_backward the "
+                               "output, slice it in backward")
                 elif kind in ("output", "container") and several:
-                    what = "one of its outputs" if kind == "output" else "a container holding its outputs"
-                    yield Hit(store.node, (
-                        f"{attr} holds {what}, and {function.name} keeps two or more of its outputs on ctx: "
-                        "reference cycles through the grad_fn node they share that the cyclic collector never "
-                        "frees, a permanent leak every call (measured, torch 2.13); use "
-                        "ctx.save_for_backward(...)"), Severity.ERROR, subject, fix)
+                    what = "an output" if kind == "output" else "a container of outputs"
+                    message = f"{attr} {holds} {what} and ctx holds two or more: cycles never freed; use {save}"
                 elif kind in ("output", "container"):
-                    what = "its own output" if kind == "output" else "a container holding its own output"
-                    yield Hit(store.node, (
-                        f"{attr} holds {what}: a reference cycle (output -> grad_fn -> ctx -> output) "
-                        "that only Python's cyclic collector frees, so outputs pile up between collections "
-                        "(median 42 steps in a training loop, measured); use ctx.save_for_backward(...)"),
-                        Severity.ERROR, subject, fix)
+                    what = "its own output" if kind == "output" else "a container of its own output"
+                    message = f"{attr} {holds} {what}: a cycle only the cyclic collector frees; use {save}"
                 else:
-                    yield Hit(store.node, (
-                        f"{attr} holds {'tensors' if store.value.kind is Kind.CONTAINER else 'a tensor'} outside "
-                        "ctx.save_for_backward: autograd's version-counter "
-                        "check is skipped (an in-place change gives silently wrong gradients) and the tensor "
-                        "stays alive after backward; use ctx.save_for_backward(...)"), Severity.WARNING, subject, fix)
+                    what = "tensors" if store.value.kind is Kind.CONTAINER else "a tensor"
+                    message = f"{attr} {holds} {what}: no version-counter check, alive after backward; use {save}"
+                    severity = Severity.WARNING
+                if len(message) > 120:  # a long attribute and value name: the flagged line shows the value
+                    message = message.replace(save, f"{store.owner_name}.save_for_backward(...)")
+                yield Hit(store.node, message, severity, subject, fix)
+
+
+def _save_call(store: AttributeStore) -> str:
+    """`ctx.save_for_backward(out)` for `ctx.out = out`; `(...)` where the value is no plain name
+    or no tensor (save_for_backward takes tensors, not a list of them)."""
+    node = store.where.node
+    if store.value.kind is Kind.TENSOR and isinstance(node, cst.Assign) and len(node.targets) == 1 \
+            and node.targets[0].target is store.target and isinstance(node.value, cst.Name):
+        return f"{store.owner_name}.save_for_backward({node.value.value})"
+    return f"{store.owner_name}.save_for_backward(...)"
 
 
 def _known_by_shape_only(model: FileModel, walk: Walk, store: AttributeStore) -> bool:

@@ -36,6 +36,9 @@ What torch 2.13 does, measured:
   `no_grad`) gives the buffer a grad_fn (CopySlices) on top of the last write's: the graph grows
   by 4 nodes every step (406 nodes after 100 steps of a prototype update, measured) and is never
   freed; a branch backward never runs through keeps its saved tensors too.
+- A module-level global assigned in forward is the same: chained from its previous value it grows
+  the graph every step (an error); assigned afresh it holds one step's graph until the next
+  (a warning).
 
 Values computed under `torch.no_grad()`, `.detach()`ed values and buffer updates under
 `no_grad` are fine. A Module's forward inputs are not assumed graph-attached (precision first).
@@ -220,24 +223,22 @@ class Prototypes(nn.Module):
                     subject = f"{role.owner_class}.{event.attribute}"
                     if event.augmented or target in event.value.reads:
                         yield Hit(event.node, (
-                            f"{target} is updated from its previous value with a graph-attached tensor: each "
-                            "step's autograd graph links to the last one and memory grows every step; "
-                            "update it under torch.no_grad() or from .detach()ed values"), Severity.ERROR, subject)
+                            f"{target} chains each step's graph onto the last: memory grows every step; "
+                            "update it under torch.no_grad()"), Severity.ERROR, subject)
                     else:
                         yield Hit(event.node, (
-                            f"{target} keeps a graph-attached tensor on the module: this step's graph and "
-                            "activations stay alive until the next step overwrites it; store .detach() "
-                            "(or .item()) unless backward needs it"), Severity.WARNING, subject)
+                            f"{target} keeps this step's graph until the next; store .detach() or "
+                            ".item() unless backward needs it"), Severity.WARNING, subject)
                 elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" \
                         and event.value.holds_graph():
                     yield Hit(event.where.node, (
-                        f"{event.container_name} gets a graph-attached tensor every forward: each step's "
-                        "activation and graph are kept and never freed, not even by gc.collect() (measured); "
-                        "store .detach() (or .item()) instead"), Severity.ERROR,
+                        f"{event.container_name} keeps a graph-attached tensor from every forward, never freed; "
+                        "store .detach() or .item()"), Severity.ERROR,
                         f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}")
                 elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
+                    kept = ("chains each step's graph onto the last: memory grows every step" if event.chained
+                            else "keeps this step's graph until the next")
                     yield Hit(event.where.node, (
-                        f"global {event.name} keeps a graph-attached tensor from forward: the step's graph "
-                        f"{'grows every step' if event.chained else 'stays alive until the next step'}; "
-                        "store .detach() (or .item())"), Severity.ERROR if event.chained else Severity.WARNING,
+                        f"global {event.name} {kept}; store .detach() or .item()"),
+                        Severity.ERROR if event.chained else Severity.WARNING,
                         event.name)

@@ -76,8 +76,9 @@ class GraphAppend(Rule):
 ## What it does
 Flags a graph-attached tensor (a loss, a model output, anything computed from them without
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
-outlives the training step: one created before the training loop, a module-level global, an
-attribute, a closure variable, or a parameter (the caller's list). A helper of the same file
+outlives the training step: one created before the training loop (or before a rollout loop,
+where it keeps every environment step's graph), a module-level global, an attribute, a closure
+variable, or a parameter (the caller's list). A helper of the same file
 that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
 `buf.append(value)`) is reported at the call, where the list is known; so is one left to a
 default that names a module-level list (`def log_loss(value, buf=HISTORY)`). In a file that calls
@@ -652,16 +653,13 @@ def embed_batch(model, tokens):
                 by = f" by {event.through}()" if event.through else ""
                 if event.overwrites:  # one slot, replaced every step: one step's graph, not all
                     yield event, Hit(event.where.node, (
-                        f"a graph-attached tensor is stored into {event.container_name}{by} ({why}): it keeps "
-                        "this step's autograd graph (and its activations when backward is not run) alive "
-                        "until the slot is overwritten; store .item() or .detach() instead"), Severity.WARNING, subject,
-                        fix)
+                        f"a graph-attached tensor in {event.container_name}{by} keeps its step's graph "
+                        "until overwritten; store .item() or .detach()"), Severity.WARNING, subject, fix)
                     continue
                 verb = _VERBS.get(event.method, "added to")
                 yield event, Hit(event.where.node, (
-                    f"a graph-attached tensor is {verb} {event.container_name}{by} ({why}): it keeps every "
-                    "step's autograd graph alive, and all its activations when backward is not run; "
-                    "store .item() or .detach() instead"), subject=subject, fix=fix)
+                    f"a graph-attached tensor {verb} {event.container_name}{by} keeps every step's graph; "
+                    "store .item() or .detach()"), subject=subject, fix=fix)
 
 
 def _keep_detached(model: FileModel, walk, event: ContainerAdd) -> FixPlan | None:

@@ -418,17 +418,15 @@ def train(lstm, optimizer, loader, h, c):
                     yield self._hit(event.node, name, "an attribute", holder_name(walk, name), fix, reset)
 
     def _hit(self, node, name: str, why: str, subject: str, fix: FixPlan | None, reset: cst.CSTNode | None) -> Hit:
-        advice = "sum loss.item() for a running total, .detach() state carried between steps"
+        # `why` (where the total lives) is what made it a finding; the message names the total, and
+        # the doc says which totals outlive the step and what was measured.
+        advice = "use .item() (a total) or .detach() (state)"
         if reset is not None:  # bounded by the reset, but every step until then keeps its graph
             return Hit(node, (
-                f"{name} ({why}) is updated from itself with a graph-attached tensor and reset only on some "
-                f"steps (`{code(reset).strip()}`): until then every step's autograd graph is chained onto it "
-                f"(804 graph nodes per 100 steps, measured); {advice}"), Severity.WARNING,
-                subject=subject, fix=fix)
-        return Hit(node, (
-            f"{name} ({why}) is updated from itself with a graph-attached tensor: every step's autograd "
-            f"graph is chained onto it and never freed (804 graph nodes after 100 steps, measured); {advice}"),
-            subject=subject, fix=fix)
+                f"{name} chains each step's graph onto itself, reset only on some steps; {advice}"),
+                Severity.WARNING, subject=subject, fix=fix)
+        return Hit(node, f"{name} chains every step's graph onto itself, never freed; {advice}",
+                   subject=subject, fix=fix)
 
 
 def _trained(model: FileModel, walk, name: str) -> bool:

@@ -135,9 +135,8 @@ def train_step(model, batch, optimizer):
             if any(self._backward(model, s.call) for s in later):
                 continue
             yield Hit(site.call, (
-                "backward(retain_graph=True) is the step's last backward: the whole graph's saved tensors "
-                "stay alive until the next step replaces them (812548 B in the reference loop, measured); "
-                "usually a state carried between steps is not detached: detach it and drop retain_graph"),
+                "retain_graph=True on the step's last backward keeps its graph into the next step; "
+                "detach the carried state instead"),
                 subject=_carried_state(site))
 
     @staticmethod

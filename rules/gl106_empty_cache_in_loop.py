@@ -119,6 +119,5 @@ def train_step(batch):
                     or site.periodic:  # every so many steps (`if step % 100 == 0`): the cost is spread thin
                 continue
             yield Hit(site.call, (
-                "torch.cuda.empty_cache() in a training loop frees no tensor that is still referenced (only "
-                "cached, unused blocks) and makes later allocations slower; memory that climbs is held by "
-                "something: look for GL101-GL104 or run `gradlint probe` to name the holder"))
+                "empty_cache() every step frees no live tensor and slows allocation; find the holder with "
+                "`gradlint probe`"))

@@ -10,6 +10,12 @@ from gradlint.rewrites import code
 from gradlint.rule import Hit, Invalid, Rule
 
 
+def _short(text: str, limit: int = 24) -> str:
+    """An expression as one line of a message: its whitespace collapsed, cut at `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _non_differentiable(walk: Walk) -> set[int]:
     """Outputs passed to ctx.mark_non_differentiable: no grad_fn, so nothing to form a cycle with."""
     found: set[int] = set()
@@ -120,8 +126,6 @@ class Gate(torch.autograd.Function):
                             or value.view_of & walk.output_bindings <= marked:
                         continue
                     yield Hit(event.where.node, (
-                        f"save_for_backward gets `{code(expr).strip()}`, a view of {function.name}'s own output: if "
-                        "backward never runs (evaluation under grad mode, a skipped loss) the output is never "
-                        "freed, not even by gc.collect() (measured, torch 2.13); save the whole output and slice "
-                        "it in backward"), subject=f"{function.name}.saved_tensors")
+                        f"`{_short(code(expr).strip())}` views the output: leaked if backward never runs; "
+                        "save the whole output, slice it in backward"), subject=f"{function.name}.saved_tensors")
                     break

@@ -154,7 +154,17 @@ torch checks the count only when backward finally runs, often hours into trainin
 code path that needs that gradient. It raises, e.g.
 `RuntimeError: function ScaleBackward returned an incorrect number of gradients (expected 2, got 1)`.
 One gradient (or `None`) is needed for every input, non-tensor inputs included. Trailing extra
-`None`s are accepted by torch and are not reported.
+`None`s are accepted by torch and are not reported; an extra value that is not `None` raises the
+same error with the larger count.
+
+The message gives the two counts torch's error will give. For a `torch.library.custom_op`,
+torch's generated node (`GeneratedBackwardFor_<ns>_<op>_defaultBackward`) counts one internal
+input more than the op has, so a backward returning one value for two inputs reads
+`RuntimeError: function GeneratedBackwardFor_gl_gather_defaultBackward returned an incorrect number of gradients (expected 3, got 2)`;
+an extra value that is not `None` there raises
+`RuntimeError: function GeneratedBackwardFor_gl_gather_defaultBackward returned a gradient different than None at position 3, but the corresponding forward input was not a Variable`
+for `return g, g, g` (torch counts from 0 after its internal input, so the position is the
+value's own, counted from 1). Measured on torch 2.13.
 
 ## Example
 ```python
@@ -349,25 +359,27 @@ gather.register_autograd(backward)
 
     def _fewer(self, function: AutogradFunction, got: int, total: int, needed: int, falls_off: bool) -> str:
         given = (f"forward takes {total} input{'s' if total != 1 else ''}" if needed == total
-                 else f"{function.name}.apply is called with {needed} argument{'s' if needed != 1 else ''}")
-        returns = ("backward can end without a return (one None)" if falls_off
+                 else f"apply gets {needed} argument{'s' if needed != 1 else ''}")
+        returns = ("backward may return nothing" if falls_off
                    else f"backward returns {got} value{'s' if got != 1 else ''}")
-        return (f"{returns} but {given}; when backward runs torch raises "
-                f"`{self._error(function, needed, got)}`: return one gradient or None per input")
+        expected, counted = self._torch_counts(function, needed, got)
+        return (f"{returns} but {given} (torch: expected {expected}, got {counted}); "
+                "return a gradient or None per input")
 
     def _more(self, function: AutogradFunction, got: int, total: int, counted: Counted) -> str:
         position = next(i for i in range(total, got) if not counted[i]) + 1
         if function.style == "custom_op":
-            error = (f"RuntimeError: function {function.backward_node_name} returned a gradient different "
-                     f"than None at position {position + 1}, but the corresponding forward input was not a Variable")
+            # torch names the first extra one; it counts from 0 after its internal input, so its
+            # position is the value's own (measured on torch 2.13: `return g, g, g` for 2 inputs, "position 3")
+            raised = f"torch: a gradient at position {position}"
         else:
-            error = self._error(function, total, got)
-        return (f"backward returns {got} values for {total} forward input{'s' if total != 1 else ''} and "
-                f"value {position} is not None; torch raises `{error}`: only trailing Nones may follow")
+            raised = "torch: expected {}, got {}".format(*self._torch_counts(function, total, got))
+        return (f"backward returns {got} values for {total} input{'s' if total != 1 else ''} and value {position} "
+                f"is not None ({raised}); make the extra values None")
 
     @staticmethod
-    def _error(function: AutogradFunction, expected: int, got: int) -> str:
-        if function.style == "custom_op":  # the generated node counts one extra internal input
-            expected, got = expected + 1, got + 1
-        return (f"RuntimeError: function {function.backward_node_name} returned an incorrect number of "
-                f"gradients (expected {expected}, got {got})")
+    def _torch_counts(function: AutogradFunction, expected: int, got: int) -> tuple[int, int]:
+        """The counts torch's error gives: a custom_op's generated node counts one extra internal input."""
+        if function.style == "custom_op":
+            return expected + 1, got + 1
+        return expected, got

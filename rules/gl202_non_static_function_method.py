@@ -134,9 +134,8 @@ class Clamp(torch.autograd.Function):
                 if isinstance(statement, cst.FunctionDef) and statement.name.value in _STATIC_METHODS \
                         and not any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in statement.decorators):
                     yield Hit(statement.name, (
-                        f"{function.name}.{statement.name.value} has no @staticmethod: it works through "
-                        f"{function.name}.apply() only because its first parameter receives ctx, and calling an "
-                        f"instance raises `{_LEGACY_ERROR}`; add @staticmethod"), Severity.WARNING, function.name,
+                        f"{statement.name.value} has no @staticmethod: it works only through apply() "
+                        "and an instance raises; add @staticmethod"), Severity.WARNING, function.name,
                         _add_staticmethod(function.node, statement))
         instantiations = {}
         for site in model.call_sites:
@@ -149,8 +148,8 @@ class Clamp(torch.autograd.Function):
             fix = None if outer is None else FixPlan(
                 f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call, f"{name}.apply"),))
             yield Hit(call, (
-                f"{name}() instantiates an autograd Function: torch warns that it should not be instantiated, "
-                f"and calling the instance raises `{_LEGACY_ERROR}`; call {name}.apply(...)"), subject=name, fix=fix)
+                f"{name}() instantiates an autograd Function, and calling the instance raises; "
+                f"call {name}.apply(...)"), subject=name, fix=fix)
 
 
 def _add_staticmethod(owner: cst.ClassDef, method: cst.FunctionDef) -> FixPlan | None:

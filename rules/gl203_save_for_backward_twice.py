@@ -117,6 +117,5 @@ class Pick(torch.autograd.Function):
                 repeats, _ = repeated_saves(method.body.body, ctx, False)
                 for call in repeats:
                     yield Hit(call, (
-                        "a second save_for_backward on this path replaces what the first one saved: "
-                        "ctx.saved_tensors holds only the last call's tensors (measured, torch 2.13); "
-                        "save everything in one call"), subject=function.name)
+                        "a second save_for_backward replaces the first: saved_tensors holds only the last call's "
+                        "tensors; save all in one call"), subject=function.name)

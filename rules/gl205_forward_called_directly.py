@@ -98,9 +98,8 @@ def run(x):
                 continue  # inside the Function itself or a subclass: composing its own forward
 
             yield Hit(site.call, (
-                f"{name}.forward(...) runs forward outside autograd: the custom backward is bypassed and the "
-                f"result's grad_fn is the last op inside forward, if any (measured, torch 2.13); "
-                f"call {name}.apply(...)"), subject=name, fix=_apply_instead(site.call, name))
+                f"{name}.forward(...) bypasses the custom backward; call {name}.apply(...)"),
+                subject=name, fix=_apply_instead(site.call, name))
 
 
 def _apply_instead(call: cst.Call, name: str) -> FixPlan | None:

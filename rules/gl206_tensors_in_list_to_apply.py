@@ -101,8 +101,10 @@ names of index tensors (`(3, 3, 3)`, `(kernel_size, stride)`, `{"mode": "sum"}`,
 
 ## Why is this bad?
 Measured on torch 2.13: autograd only tracks tensors passed as arguments themselves. Tensors inside
-a container raise no error, and the output comes back with `requires_grad=False`: no gradient
-reaches them, and training silently stops updating whatever produced them.
+a container raise no error, and no gradient reaches them: training silently stops updating
+whatever produced them. The output requires grad only through tensors passed as arguments of their
+own: with none, it comes back with `requires_grad=False`; with one beside the list
+(`Mix.apply(x, [w])`), it requires grad and backward gives `x` a gradient and `w` none.
 
 ## Example
 ```python
@@ -196,8 +198,6 @@ def run(a, b):
                         continue
                     name = event.function_name
                     yield Hit(event.call, (
-                        f"{name}.apply gets tensors inside a container: autograd does not see them, so no "
-                        "gradient reaches them (no error, measured torch 2.13; the output requires grad only "
-                        f"through tensors passed as arguments of their own); pass each tensor as its own argument "
-                        f"({name}.apply(*tensors))"), subject=name)
+                        f"{name}.apply gets tensors inside a container: no gradient reaches them; pass each as its "
+                        "own argument"), subject=name)
                     break

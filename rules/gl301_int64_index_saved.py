@@ -15,6 +15,8 @@ def _is_int64(value: Val) -> bool:
         value.kind is Kind.CONTAINER and any(_is_int64(m) for m in value.members()))
 
 
+# The message; the measured why (bytes, the int32 kernel's speed) is _WHY, in the doc.
+_MESSAGE = "an int64 index: twice int32's memory until backward; use int32 if the backward kernel takes it"
 _WHY = ("saves an int64 index for backward: 8 bytes per element where int32 takes 4 "
         "(1e6 indices hold 8,000,000 B instead of 4,000,000 B until backward, measured). int32 needs "
         "a kernel that accepts it: torch's own index_add_ runs 1.4-2.1x slower on CPU with an int32 "
@@ -118,7 +120,7 @@ class Knn(th.autograd.Function):
             for event in walk.events:
                 if isinstance(event, SavedForBackward):
                     if any(_is_int64(value) for _, value in event.arguments):
-                        yield Hit(event.where.node, f"save_for_backward {_WHY}", subject=function.name)
+                        yield Hit(event.where.node, f"save_for_backward gets {_MESSAGE}", subject=function.name)
                 elif isinstance(event, AttributeStore) and event.owner.kind is Kind.CTX and _is_int64(event.value):
-                    yield Hit(event.node, f"{event.owner_name}.{event.attribute} {_WHY}",
+                    yield Hit(event.node, f"{event.owner_name}.{event.attribute} holds {_MESSAGE}",
                               subject=f"{function.name}.ctx.{event.attribute}")

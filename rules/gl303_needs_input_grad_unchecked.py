@@ -302,10 +302,8 @@ scale_shift.register_autograd(scale_shift_backward, setup_context=setup_context)
             else:
                 if most >= 2:
                     yield Hit(backward.name, (
-                        f"{function.name}'s backward computes {most} gradients and never reads ctx.needs_input_grad: "
-                        f"every gradient is computed even when autograd will discard it (torch 2.13 accepts a "
-                        f"gradient for an input that does not require grad and drops it silently, measured); check "
-                        f"ctx.needs_input_grad[i] and return None for the inputs that need none"),
+                        f"backward computes {most} gradients without reading ctx.needs_input_grad; return None "
+                        "where it is False"),
                         subject=f"{function.name}.backward")
 
     @staticmethod

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gc
+import re
 import textwrap
 import weakref
 
 import pytest
 
 from gradlint.engine import RuleSet, lint_source
-from gradlint.registry import all_rules
+from gradlint.registry import all_rules, rule_by_code
 
 torch = pytest.importorskip("torch")
 
@@ -63,19 +64,41 @@ CUSTOM_OP = textwrap.dedent("""
 """)
 
 
+CUSTOM_OP_EXTRA = CUSTOM_OP.replace("    return g\n", "    return g, g, g\n")
+assert CUSTOM_OP_EXTRA != CUSTOM_OP
+
+
+def _torch_words(claim: str) -> str:
+    """What a message's `(torch: ...)` claim says torch's error contains."""
+    if claim.startswith("a gradient at position "):
+        return f"returned a gradient different than None at position {claim.rsplit(' ', 1)[1]},"
+    return f"({claim})"  # "expected 2, got 1"
+
+
+def _error_form(torch_text: str) -> str:
+    """torch's error as a pattern of its form: any node name, any counts or position."""
+    parts = re.split(r"(function \S+ returned|\d+)", torch_text)
+    return "".join(re.escape(part) if i % 2 == 0 else r"function \w+ returned" if part.startswith("function")
+                   else r"\d+" for i, part in enumerate(parts))
+
+
 @pytest.mark.parametrize("source, call", [
     (TOO_FEW, lambda ns: ns["Scale"].apply(torch.ones(3, requires_grad=True), 2.0)),
     (EXTRA_TENSOR, lambda ns: ns["Twice"].apply(torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True))),
     (CUSTOM_OP, lambda ns: ns["scaled"](torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True))),
-])
-def test_backward_count_message_quotes_the_error_torch_raises(source, call):
+    (CUSTOM_OP_EXTRA, lambda ns: ns["scaled"](torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True))),
+], ids=["too-few", "extra-tensor", "custom-op", "custom-op-extra"])
+def test_backward_count_message_gives_what_the_error_torch_raises_says(source, call):
+    """The message's `(torch: ...)` is in the error torch raises, and the doc quotes that error's form."""
     findings = [f for f in _lint(source) if f.code == "GL201"]
     assert len(findings) == 1
     namespace = _load(source)
     with pytest.raises(RuntimeError) as raised:
         call(namespace).sum().backward()
     torch_text = str(raised.value).splitlines()[0]
-    assert torch_text in findings[0].message
+    [claim] = re.findall(r"\(torch: ([^)]*)\)", findings[0].message)
+    assert _torch_words(claim) in torch_text, (claim, torch_text)
+    assert re.search(_error_form(torch_text), rule_by_code("GL201").doc), torch_text
 
 
 OWN_OUTPUT = textwrap.dedent("""
@@ -119,7 +142,7 @@ def test_own_output_on_ctx_is_freed_only_by_the_cyclic_collector():
 
 def test_view_of_output_on_ctx_is_a_permanent_leak():
     [finding] = [f for f in _lint(VIEW_OF_OUTPUT) if f.code == "GL101"]
-    assert "never frees" in finding.message and finding.severity.value == "error"
+    assert "never freed" in finding.message and finding.severity.value == "error"
     assert _storage_alive_after(VIEW_OF_OUTPUT) == (True, True)
 
 
@@ -145,7 +168,8 @@ def _outputs_alive(source: str, backward: bool, calls: int = 20) -> int:
 
 def test_a_saved_view_of_the_output_leaks_for_good_only_when_backward_never_runs():
     [finding] = [f for f in _lint(SAVED_VIEW) if f.code == "GL107"]
-    assert "not even by gc.collect()" in finding.message and finding.severity.value == "error"
+    assert "leaked if backward never runs" in finding.message and finding.severity.value == "error"
+    assert "still alive after `gc.collect()`" in rule_by_code("GL107").doc
     assert _outputs_alive(SAVED_VIEW, backward=False) == 20
     assert _outputs_alive(SAVED_VIEW, backward=True) == 0
     assert [f for f in _lint(SAVED_WHOLE) if f.code == "GL107"] == []
@@ -170,7 +194,7 @@ TWO_OUTPUTS = textwrap.dedent("""
 def test_two_outputs_on_ctx_are_a_permanent_leak():
     findings = [f for f in _lint(TWO_OUTPUTS) if f.code == "GL101"]
     assert len(findings) == 2
-    assert all("never frees" in f.message and f.severity.value == "error" for f in findings)
+    assert all("never freed" in f.message and f.severity.value == "error" for f in findings)
     namespace = _load(TWO_OUTPUTS)
     gc.disable()
     try:
@@ -228,9 +252,12 @@ def test_instantiated_function_raises_the_legacy_error_the_message_quotes():
     namespace = _load(NOT_STATIC)
     x = torch.ones(3, requires_grad=True)
     assert torch.equal(namespace["Twice"].apply(x), x * 2)  # works through apply, as the message says
+    assert "works only through apply()" in findings[0].message
     with pytest.warns(DeprecationWarning), pytest.raises(RuntimeError) as raised:
         namespace["Twice"]()(x)
-    assert str(raised.value).split(" (Example")[0] in findings[1].message
+    assert "calling the instance raises" in findings[1].message
+    # The doc quotes the error (the message is one line; the quote is the doc's).
+    assert str(raised.value).split(" (Example")[0] in rule_by_code("GL202").doc
 
 
 def test_forward_called_directly_bypasses_the_custom_backward():
@@ -239,7 +266,8 @@ def test_forward_called_directly_bypasses_the_custom_backward():
     namespace = _load(source.replace("y = Twice.forward(None, x)\n", ""))
     y = namespace["Twice"].forward(None, torch.ones(3, requires_grad=True))
     assert type(y.grad_fn).__name__ == "MulBackward0"
-    assert "custom backward is bypassed" in finding.message
+    assert "bypasses the custom backward" in finding.message
+    assert "`MulBackward0`" in rule_by_code("GL205").doc
 
 
 def test_tensors_in_a_list_argument_are_not_differentiated():
@@ -260,11 +288,13 @@ def test_tensors_in_a_list_argument_are_not_differentiated():
     out = namespace["run"](torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True))
     assert out.requires_grad is False
     assert "no gradient reaches them" in finding.message
-    assert "requires grad only through tensors passed as arguments of their own" in finding.message
+    doc = " ".join(rule_by_code("GL206").doc.split())
+    assert "The output requires grad only through tensors passed as arguments of their own" in doc
+    assert "with none, it comes back with `requires_grad=False`" in doc
 
 
 def test_a_tensor_passed_beside_the_list_still_makes_the_output_require_grad():
-    # What the GL206 message says of the output (an audit found "does not require grad" false).
+    # What the GL206 doc says of the output (an audit found "does not require grad" false).
     source = textwrap.dedent("""
         import torch
         class Mix(torch.autograd.Function):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gradlint.engine import RuleSet, fix_source, lint_source
@@ -64,6 +66,29 @@ def test_rules_with_fixes_document_their_safety_and_show_a_fix():
             assert fixed_examples, f"{rule.code} declares fixes but no INVALID example shows one"
         else:
             assert not fixed_examples and "## Fix safety" not in rule.doc, rule.code
+
+
+# ruff's shape: a message is one clause that says what is wrong and what to do; the measured why
+# is in the rule's doc (`gradlint rule GLxxx`). 120 characters with the names it interpolates.
+MAX_MESSAGE = 120
+# A sentence ends where a full stop, `!` or `?` is followed by more text: "... collector. Use ...".
+# Code in a message has no space after its dots (`ctx.save_for_backward(...)`, `x.t()`).
+SENTENCE_BREAK = re.compile(r"[.!?]\s+\S")
+
+
+@pytest.mark.parametrize("rule, case", INVALID)
+def test_every_message_is_one_sentence_of_at_most_120_characters(rule, case):
+    result = lint_source(case.source, "invalid.py", _only(rule))
+    messages = [f.message for f in result.findings if f.code == rule.code]
+    assert messages
+    for message in messages:
+        assert len(message) <= MAX_MESSAGE, f"{len(message)} characters: {message}"
+        assert "\n" not in message and not SENTENCE_BREAK.search(message), f"more than one sentence: {message}"
+
+
+def test_the_sentence_check_sees_two_sentences_and_not_code():
+    assert SENTENCE_BREAK.search("ctx.out holds its own output (measured). Use ctx.save_for_backward(out)")
+    assert not SENTENCE_BREAK.search("ctx.out holds its own output: a cycle; use ctx.save_for_backward(...)")
 
 
 @pytest.mark.parametrize("rule, case", FIXED)
