@@ -3,93 +3,19 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-import libcst as cst
-
 from gradlint import prechecks
-from gradlint import torch_api as api
-from gradlint.file_model import AutogradFunction, FileModel, leading_params
+from gradlint.analysis import FileModel, tensor_data_uses
 from gradlint.findings import Severity
-from gradlint.flow import AttributeStore, FunctionRole, Walk, Walker
-from gradlint.names import dotted
-from gradlint.prescan import Prescan, child_nodes
 from gradlint.rule import Hit, Invalid, Rule
-from gradlint.values import Kind, Val
 
 _WALKED = frozenset({"forward", "setup_context", "backward"})
-# `.data` followed by one of these makes a new tensor or a Python value: nothing aliases the storage.
-_FRESH_METHODS = api.SCALAR_METHODS | {"clone", "new", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
-# These return the same storage on a CPU tensor: harmless only if what follows is.
-_PASS_THROUGH_METHODS = frozenset({"cpu"})
 
 _WHY = ("`.data` returns a tensor that shares the storage but not the version counter, so autograd cannot see "
         "in-place changes made through it and gradients can be silently wrong (measured, torch 2.13: a tensor "
         "another op had saved, changed through `.data`, gave a wrong gradient with no error; the same change "
         "through `.detach()` raised `RuntimeError: one of the variables needed for gradient computation has been "
         "modified by an inplace operation`)")
-_FIX = "use `.detach()`, which shares the version counter, or do the work under `torch.no_grad()`"
-
-
-class _HideData(cst.CSTTransformer):
-    """`x.data` becomes an anonymous name, so that `.data` alone is no evidence that `x` is a tensor
-    (a graph library's `batch.data` is not one)."""
-
-    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        return cst.Name("_gradlint_data") if updated_node.attr.value == "data" else updated_node
-
-
-class _DataRecorder(Walker):
-    """Walks a Function method as the analysis does and keeps every `<tensor>.data` it reads."""
-
-    def __init__(self, walk: Walk, function: cst.FunctionDef, ctx_tensors: frozenset[str]):
-        super().__init__(walk, function)
-        self.ctx_tensors = ctx_tensors
-        self.reads: dict[int, cst.Attribute] = {}
-
-    def _attribute(self, e: cst.Attribute, base: Val | None = None) -> Val:
-        if base is None:
-            base = self.ev(e.value)
-        attr = e.attr.value
-        if base.kind is Kind.CTX and attr in self.ctx_tensors:
-            return Val(Kind.TENSOR)  # ctx.weight = weight in forward: a tensor in backward too
-        if attr == "data" and base.is_tensor:
-            self.reads[id(e)] = e
-        return super()._attribute(e, base)
-
-
-def _scan_without_data(model: FileModel, function: cst.FunctionDef) -> Prescan:
-    return Prescan(function.visit(_HideData()), frozenset(model.imports.aliases))
-
-
-def _parents(function: cst.FunctionDef) -> dict[int, cst.CSTNode]:
-    parents: dict[int, cst.CSTNode] = {}
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        for child in child_nodes(node):
-            parents[id(child)] = node
-            stack.append(child)
-    return parents
-
-
-def _harmless(node: cst.BaseExpression, parents: dict[int, cst.CSTNode]) -> bool:
-    """`x.data.shape`, `x.data.size()`, `x.data.clone()`, `x.data.cpu().numpy()`: metadata or a copy."""
-    attribute = parents.get(id(node))
-    if not isinstance(attribute, cst.Attribute) or attribute.value is not node:
-        return False
-    if attribute.attr.value in api.SCALAR_ATTRIBUTES:
-        return True
-    call = parents.get(id(attribute))
-    if not isinstance(call, cst.Call) or call.func is not attribute:
-        return False
-    if attribute.attr.value in _FRESH_METHODS:
-        return True
-    return attribute.attr.value in _PASS_THROUGH_METHODS and _harmless(call, parents)
-
-
-def _statement_of(node: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> cst.CSTNode:
-    while not isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)) and id(node) in parents:
-        node = parents[id(node)]
-    return node
+_WHAT = {"read": "`{shown}`", "assigned": "assigning `{shown}`", "updated": "updating `{shown}`"}
 
 
 class DataInFunction(Rule):
@@ -219,62 +145,12 @@ class Renorm(torch.autograd.Function):
             for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        seen: set[int] = set()
-        for function in model.function_classes:
-            ctx_tensors: set[str] = set()
-            for role, method in (("forward", function.forward), ("setup_context", function.setup_context),
-                                 ("backward", function.backward)):
-                if method is None or id(method) in seen:
-                    continue
-                seen.add(id(method))
-                walk = self._walk(model, function, role, method, frozenset(ctx_tensors))
-                if walk is None:
-                    continue
-                walker, events = walk
-                ctx_tensors.update(e.attribute for e in events
-                                   if e.owner.kind is Kind.CTX and e.value.is_tensor)
-                found = [(e.target, f"{'updating' if e.augmented else 'assigning'} `{e.owner_name}.data`") for e in events
-                         if e.attribute == "data" and e.owner.is_tensor and e.target is not None]
-                found += [(node, f"`{dotted(node) or 'tensor.data'}`") for node in walker.reads.values()]
-                if not found:
-                    continue
-                parents = _parents(method)
-                reported: set[int] = set()
-                for node, what in found:
-                    statement = _statement_of(node, parents)
-                    if id(statement) in reported or _harmless(node, parents):
-                        continue
-                    reported.add(id(statement))  # `out.data = out.data / n` is one finding
-                    yield Hit(node, f"{what} in {function.name}.{role}: {_WHY}; {_FIX}",
-                              subject=f"{function.name}.{role}")
-
-    def _walk(self, model: FileModel, function: AutogradFunction, role: str, method: cst.FunctionDef,
-              ctx_tensors: frozenset[str]) -> tuple[_DataRecorder, list[AttributeStore]] | None:
-        params = list(method.params.params)[leading_params(method):]
-        has_ctx = role != "forward" or function.style == "ctx"
-        if has_ctx and not params:
-            return None
-        ctx = params[0].name.value if has_ctx else None
-        walk = Walk(model, method, FunctionRole(role, ctx_name=ctx, owner_class=function.name))
-        walker = _DataRecorder(walk, method, ctx_tensors)
-        bound: dict[str, Val] = {ctx: Val(Kind.CTX)} if ctx is not None else {}
-        if role == "forward":
-            scan = _scan_without_data(model, method)
-            for param in params[1:] if has_ctx else params:
-                bound[param.name.value] = model.input_value(param, scan)
-        elif role == "setup_context":
-            if len(params) < 3:
-                return None
-            forward = function.forward
-            inputs = ()
-            if forward is not None:
-                scan = _scan_without_data(model, forward)
-                inputs = tuple(model.input_value(p, scan) for p in function.forward_inputs or ())
-            output = params[-1] if len(params) >= 4 else params[2]
-            bound[params[1].name.value] = Val(Kind.CONTAINER, elements=inputs)
-            bound[output.name.value] = model.output_value(function)
-        else:
-            bound.update((p.name.value, Val(Kind.TENSOR)) for p in params[1:])  # incoming gradients
-        walker.bind_params(bound)
-        walker.run()
-        return walker, list(walk.of(AttributeStore))
+        reported: set[int] = set()
+        for use in tensor_data_uses(model):
+            if id(use.statement) in reported or use.copy_or_metadata:
+                continue
+            reported.add(id(use.statement))  # `out.data = out.data / n` is one finding
+            what = _WHAT[use.access].format(shown=use.shown)
+            yield Hit(use.node, (
+                f"{what} in {use.function}.{use.method} skips autograd's version check: silently wrong gradients; "
+                "use .detach()"), subject=f"{use.function}.{use.method}")

@@ -1,0 +1,291 @@
+"""Sums in an autograd Function's backward whose order, and so whose float result, changes run to run.
+
+Two questions:
+- `nondeterministic_sums_in_backward(model, function, backward)`: the calls of backward that sum
+  many values into one slot in an order that changes between runs (scatter_add_/index_add_/
+  scatter_reduce sum or mean, index_put_(accumulate=True), gradlint.cuda_ext.scatter_add without
+  deterministic=True, a custom kernel whose name says it adds atomically). Integer sums, sums of
+  0/1 masks or ones (exact in any order), and arguments decided elsewhere are left out.
+- `atomic_kernel_launches_from_backward(model)`: launches of a Triton kernel of the file that
+  adds floats with tl.atomic_add, in backward or in a helper of the file that backward calls.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradlint.file_model import AutogradFunction, FileModel, leading_params
+from gradlint.flow import FunctionRole, Walk, Walker
+from gradlint.names import dotted
+from gradlint.prescan import child_nodes
+from gradlint.values import UNKNOWN, Kind, Val
+
+# Which way a sum's order changes run to run: the kinds of `UnorderedSum`.
+ATOMIC_ADD = "atomic_add"  # scatter_add_/index_add_/scatter_reduce(sum/mean): atomicAdd on CUDA
+THREADED_ACCUMULATE = "threaded_accumulate"  # index_put_(accumulate=True): several CPU threads
+CUDA_EXT_ATOMIC = "cuda_ext_atomic"  # gradlint.cuda_ext.scatter_add without deterministic=True
+NAMED_ATOMIC_KERNEL = "named_atomic_kernel"  # a custom kernel whose name says it adds atomically
+
+
+@dataclass(frozen=True)
+class UnorderedSum:
+    """One call in backward that sums floats in an order that changes from run to run."""
+
+    node: cst.Call
+    kind: str  # ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL
+    shown: str  # the call as a user reads it: `Tensor.index_add_`, `torch.index_put`, `_ext.scatter_add_atomic`
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """`_bwd_kernel[grid](...)` of a Triton kernel that adds floats with tl.atomic_add."""
+
+    node: cst.Call
+    kernel: str
+
+
+def nondeterministic_sums_in_backward(model: FileModel, function: AutogradFunction,
+                                      backward: cst.FunctionDef) -> list[UnorderedSum]:
+    """The calls of `backward` (the def `function` runs as its backward) that sum floats in an
+    order that changes from run to run, in the order the analysis walks them."""
+    exact = _ExactSums(model, backward)
+    found = []
+    for call in _calls_in_backward(model, function, backward):
+        kind_shown = _unordered(model, call, exact)
+        if kind_shown is not None:
+            found.append(UnorderedSum(call.node, *kind_shown))
+    return found
+
+
+def atomic_kernel_launches_from_backward(model: FileModel) -> list[KernelLaunch]:
+    """Launches of the file's tl.atomic_add kernels made in backward or in a helper of the file
+    that backward calls."""
+    kernels = model.atomic_kernels
+    if not kernels:
+        return []
+    running = model.backward_defs
+    found = []
+    for site in model.call_sites:
+        func = site.call.func  # `_bwd_kernel[grid](...)`: a launch, in backward or a helper it calls
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and func.value.value in kernels \
+                and site.function is not None and id(site.function) in running:
+            found.append(KernelLaunch(site.call, func.value.value))
+    return found
+
+
+# Tensor methods that sum many sources into one slot: (where the summed values are: position,
+# keyword) for the method form; the torch.* function form takes the tensor first.
+_ATOMIC_ADD = {
+    "scatter_add_": (2, "src"), "scatter_add": (2, "src"),
+    "index_add_": (2, "source"), "index_add": (2, "source"),
+    "scatter_reduce_": (2, "src"), "scatter_reduce": (2, "src"),
+}
+_INDEX_PUT = {"index_put_": (1, "values"), "index_put": (1, "values")}
+_METHODS = {**_ATOMIC_ADD, **_INDEX_PUT}
+_TORCH_FUNCTIONS = {f"torch.{m}": m for m in ("scatter_add", "index_add", "scatter_reduce", "index_put", "index_put_")}
+_CUDA_EXT = frozenset({"gradlint.cuda_ext.scatter_add", "cuda_ext.scatter_add"})
+_SUMMING_REDUCTIONS = frozenset({"sum", "mean"})
+# A custom kernel whose name says it adds atomically: `scatter_add_atomic`, `atomicAdd`. A name
+# alone says nothing about `segment_sum` or `scatter_add` in an extension: those may sort first.
+_NAME_TOKENS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_SUMMING_WORDS = ("add", "sum", "scatter", "accum", "reduce", "segment")
+_NEGATIONS = frozenset({"no", "non", "not", "without"})
+
+# Values whose sum is exact in any order: 0/1 masks and ones (counting), in any float dtype;
+# `is_max`/`has_edge` name a boolean mask by convention.
+_ONES = frozenset({"torch.ones", "torch.ones_like"})
+_CASTS = frozenset({"to", "float", "double", "half", "bfloat16", "type_as", "type", "bool", "contiguous"})
+_BOOLEAN_NAME = re.compile(r"^(is|has)_\w+$")
+
+
+@dataclass(frozen=True)
+class _Call:
+    node: cst.Call
+    receiver: Val | None  # what `x` in `x.method(...)` evaluated to; None for a plain name call
+    args: tuple[tuple[cst.Arg, Val], ...]
+
+
+class _CallRecorder(Walker):
+    """Walks backward as the analysis does, keeping what each call's receiver and arguments
+    evaluated to: an int64 scatter_add_ sums exactly in any order and is not reported."""
+
+    def __init__(self, walk: Walk, function: cst.FunctionDef):
+        super().__init__(walk, function)
+        self.calls: dict[int, _Call] = {}
+
+    def _method(self, e, method, receiver, args, positional, keywords):
+        self.calls[id(e)] = _Call(e, receiver, tuple(args))
+        return super()._method(e, method, receiver, args, positional, keywords)
+
+    def _builtin(self, e, name, args, positional):
+        self.calls.setdefault(id(e), _Call(e, None, tuple(args)))
+        return super()._builtin(e, name, args, positional)
+
+
+def _calls_in_backward(model: FileModel, function: AutogradFunction, backward: cst.FunctionDef) -> list[_Call]:
+    skip = leading_params(backward)
+    params = [p.name.value for p in backward.params.params][skip:]
+    if not params:
+        return []
+    walk = Walk(model, backward, FunctionRole("backward", ctx_name=params[0], owner_class=function.name))
+    walker = _CallRecorder(walk, backward)
+    # Everything backward receives after ctx is an incoming gradient.
+    walker.bind_params({params[0]: Val(Kind.CTX), **{name: Val(Kind.TENSOR) for name in params[1:]}})
+    walker.run()
+    return list(walker.calls.values())
+
+
+def _unordered(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str, str] | None:
+    """(kind, shown) when the call sums in an order that changes run to run."""
+    func = call.node.func
+    qualified = model.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+    if qualified in _CUDA_EXT:
+        return (CUDA_EXT_ATOMIC, "gradlint.cuda_ext.scatter_add") if _cuda_ext_atomic(call) else None
+    if qualified in _TORCH_FUNCTIONS:
+        return _tensor_op(call, _TORCH_FUNCTIONS[qualified], qualified, 1, exact)
+    if qualified is not None and qualified.startswith("torch.Tensor.") and qualified[13:] in _METHODS:
+        return _tensor_op(call, qualified[13:], qualified, 1, exact)
+    head = (dotted(func) or "").split(".")[0]
+    imported = head in model.imports.aliases
+    if isinstance(func, cst.Attribute) and func.attr.value in _METHODS and not imported:
+        if call.receiver is not None and call.receiver.kind in (Kind.SCALAR, Kind.MODULE, Kind.CONTAINER, Kind.CTX):
+            return None
+        return _tensor_op(call, func.attr.value, f"Tensor.{func.attr.value}", 0, exact)
+    last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    # An import (relative ones included) or a module-level name such as `_ext = load(...)`;
+    # a def or class of this file is Python we could read, not a kernel.
+    external = imported or (head in model.module_names and head not in model.functions
+                            and head not in model.function_class_names and head not in model.module_class_names)
+    if _names_atomic_sum(last) and external:
+        return NAMED_ATOMIC_KERNEL, dotted(func) or last
+    return None
+
+
+def _tensor_op(call: _Call, method: str, shown: str, shift: int, exact: "_ExactSums") -> tuple[str, str] | None:
+    target = call.receiver if shift == 0 else _first(call)
+    position, keyword = _METHODS[method]
+    summed = _argument(call, position + shift, keyword)
+    if (target is not None and target.int64) or (summed is not None and summed[1].int64):
+        return None  # an integer sum is exact in any order
+    if method in _INDEX_PUT:
+        accumulate = _argument(call, position + 1 + shift, "accumulate")
+        if accumulate is None or not _is_true(accumulate[0]):
+            return None
+    if method.startswith("scatter_reduce"):
+        reduce = _argument(call, position + 1 + shift, "reduce")
+        if reduce is None or _string(reduce[0]) not in _SUMMING_REDUCTIONS:
+            return None
+    if summed is not None and exact(summed[0]):
+        return None
+    return (THREADED_ACCUMULATE if method in _INDEX_PUT else ATOMIC_ADD), shown
+
+
+def _cuda_ext_atomic(call: _Call) -> bool:
+    flag = next((arg.value for arg, _ in call.args if arg.keyword is not None
+                 and arg.keyword.value == "deterministic"), None)
+    # True, or a value decided elsewhere, is not reported.
+    return flag is None or (isinstance(flag, cst.Name) and flag.value in ("False", "None"))
+
+
+def _single_assignments(function: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
+    """Names bound exactly once in the function body (by `name = value`), with their value."""
+    values: dict[str, cst.BaseExpression | None] = {}
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    name = target.target.value
+                    values[name] = node.value if name not in values else None
+        for child in child_nodes(node):
+            visit(child)
+
+    visit(function.body)
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _sums_exactly(model: FileModel, expr: cst.BaseExpression, bound: dict[str, cst.BaseExpression],
+                  depth: int = 0) -> bool:
+    """Whether the summed values are 0/1 or ones: a comparison, torch.ones*, a mask cast to
+    float. Counting sums small integers, exact in float32 in any order (up to 2**24)."""
+    if depth > 4:
+        return False
+    if isinstance(expr, cst.Comparison):
+        return True
+    if isinstance(expr, cst.Name):
+        if _BOOLEAN_NAME.match(expr.value):
+            return True
+        value = bound.get(expr.value)
+        return value is not None and _sums_exactly(model, value, bound, depth + 1)
+    if isinstance(expr, (cst.Subscript, cst.UnaryOperation)):
+        inner = expr.value if isinstance(expr, cst.Subscript) else expr.expression
+        return _sums_exactly(model, inner, bound, depth + 1)
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, (cst.Name, cst.Attribute)) and model.imports.qualify(func) in _ONES:
+            return True
+        if isinstance(func, cst.Attribute):
+            if func.attr.value == "new_ones":
+                return True
+            if func.attr.value in _CASTS:
+                return _sums_exactly(model, func.value, bound, depth + 1)
+    return False
+
+
+class _ExactSums:
+    """`_sums_exactly` for one backward, its assignments read on the first question only."""
+
+    def __init__(self, model: FileModel, backward: cst.FunctionDef):
+        self.model = model
+        self.backward = backward
+        self.bound: dict[str, cst.BaseExpression] | None = None
+
+    def __call__(self, expr: cst.BaseExpression) -> bool:
+        if self.bound is None:
+            self.bound = _single_assignments(self.backward)
+        return _sums_exactly(self.model, expr, self.bound)
+
+
+def _argument(call: _Call, position: int, keyword: str) -> tuple[cst.BaseExpression, Val] | None:
+    if any(arg.star for arg, _ in call.args):
+        return None
+    positional = [(arg.value, value) for arg, value in call.args if arg.keyword is None]
+    if position < len(positional):
+        return positional[position]
+    return next(((arg.value, value) for arg, value in call.args
+                 if arg.keyword is not None and arg.keyword.value == keyword), None)
+
+
+def _is_true(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _string(expr: cst.BaseExpression | None) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _names_atomic_sum(name: str) -> bool:
+    tokens = [t.lower() for t in _NAME_TOKENS.findall(name)]
+    for i, token in enumerate(tokens):
+        if token.startswith("atomic") and not (i and tokens[i - 1] in _NEGATIONS):
+            rest = token[len("atomic"):] + "".join(tokens[:i] + tokens[i + 1:])
+            return any(word in rest for word in _SUMMING_WORDS)
+    return False
+
+
+def _first(call: _Call) -> Val:
+    if any(arg.star for arg, _ in call.args):
+        return UNKNOWN
+    first = next((value for arg, value in call.args if arg.keyword is None), None)
+    if first is None:
+        first = next((value for arg, value in call.args if arg.keyword is not None
+                      and arg.keyword.value in ("input", "self")), UNKNOWN)
+    return first
