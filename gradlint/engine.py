@@ -28,6 +28,7 @@ from gradlint.findings import FileResult, Finding, Severity
 from gradlint.registry import all_rules
 from gradlint.rule import Hit, Rule
 from gradlint.cache import ResultCache
+from gradlint.prescan import child_nodes
 from gradlint.project import Project
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, text_digest
 from gradlint.suppressions import find_suppressions
@@ -321,7 +322,7 @@ def _holding(statement: cst.CSTNode, wanted: set[int]) -> set[int]:
             found.add(id(node))
             if len(found) == len(wanted):
                 break
-        stack.extend(node.children)
+        stack.extend(child_nodes(node))  # plain field reads: libcst's .children costs ~3x (measured)
     return found
 
 

@@ -31,7 +31,7 @@ import weakref
 from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
-from gradlint.file_model import is_module_base
+from gradlint.torch_api import is_module_base
 from gradlint.prechecks import dotted as _dotted, training_header
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,

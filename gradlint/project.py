@@ -16,9 +16,9 @@ the checked file is valid only while each of them is unchanged, which is how a c
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Callable, Protocol
 import libcst as cst
 
 from gradlint.names import ImportTable
+from gradlint.torch_api import FUNCTION_BASES, is_module_base
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes
 
 
@@ -40,14 +41,10 @@ class ModuleModel(Protocol):
     module_names: set[str]
     function_class_names: set[str]
     module_class_names: set[str]
-    star_imports: list[str]
-    exported_names: frozenset[str] | None
 
 # Re-exports through `__init__` files and aliases chain; a longer chain than this is a cycle or
 # something stranger, and stays unknown.
 _MAX_HOPS = 8
-# Parsed modules kept per process for the function questions; class answers are kept for all.
-_MODELS_KEPT = 32
 # The markers of a project's top directory, where its `src/` layout and top-level packages live.
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
@@ -106,8 +103,113 @@ class Definition:
     name: str
 
 
+@dataclass
+class Symbols:
+    """A module's top-level names, read from CPython's tree (about 10x cheaper than libcst's):
+    which are defs and classes (and the lines of their statements), which come from imports, and
+    what it star-imports. Syntax only: what a class *is* comes from the model (`ModuleFacts.model`)."""
+
+    statements: dict[str, Statement]  # def and class names
+    aliases: dict[str, str]  # imported name -> what it stands for (relative imports resolved)
+    other: set[str]  # bound some other way (`Encoder = make_encoder()`): unknown
+    stars: list[str]
+    exported: frozenset[str] | None  # a literal __all__
+    kept: list[tuple[int, int]]  # the line ranges of the other top-level statements (imports, ...)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A top-level def or class, as much of it as the project keeps (not the tree: a run may
+    read thousands of modules)."""
+
+    index: int  # in the module's body
+    first: int  # its first line (its first decorator's), 1-based
+    last: int
+    is_class: bool
+    names: frozenset[str]  # the names it reads: its bases, the helpers it calls
+    bases: tuple[str, ...] = ()  # a class's bases as written (`nn.Module`, `Base`); "" for one not a dotted name
+    methods: frozenset[str] = frozenset()  # a class's own defs
+
+
+def _symbols(tree: ast.Module, package: str) -> Symbols:
+    table = ImportTable(package or None)
+    statements: dict[str, Statement] = {}
+    kept: list[tuple[int, int]] = []
+    other: set[str] = set()
+    exported = None
+    top_level = {id(statement) for statement in tree.body}
+    stack = [(i, statement) for i, statement in enumerate(tree.body)]
+    stack.reverse()
+    while stack:
+        index, node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if id(node) in top_level:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+                is_class = isinstance(node, ast.ClassDef)
+                statements[node.name] = Statement(
+                    index, first, node.end_lineno or first, is_class, names,
+                    tuple(_dotted(b) for b in node.bases) if is_class else (),
+                    frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                    if is_class else frozenset())
+            table.aliases.pop(node.name, None)
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            table.add(_as_cst_import(node))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        other.add(name.id)
+                        table.aliases.pop(name.id, None)
+                        if name.id == "__all__" and isinstance(node, ast.Assign) \
+                                and isinstance(node.value, (ast.List, ast.Tuple)):
+                            exported = frozenset(e.value for e in node.value.elts
+                                                 if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            # `try: from .fast import f except ImportError: ...`: the names bound at the top level.
+            blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            blocks += [handler.body for handler in getattr(node, "handlers", [])]
+            stack.extend((index, child) for block in reversed(blocks) for child in reversed(block))
+    other -= set(statements)
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kept.append((node.lineno, node.end_lineno or node.lineno))
+    return Symbols(statements, table.aliases, other, table.stars, exported, kept)
+
+
+def _dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _as_cst_import(node: ast.Import | ast.ImportFrom) -> cst.Import | cst.ImportFrom:
+    """The libcst form ImportTable reads, built from CPython's node (one import table for both)."""
+    def dotted_name(text: str) -> cst.BaseExpression:
+        parts = text.split(".")
+        expr: cst.BaseExpression = cst.Name(parts[0])
+        for part in parts[1:]:
+            expr = cst.Attribute(expr, cst.Name(part))
+        return expr
+
+    aliases = [cst.ImportAlias(dotted_name(a.name), cst.AsName(cst.Name(a.asname)) if a.asname else None)
+               for a in node.names if a.name != "*"]
+    if isinstance(node, ast.Import):
+        return cst.Import(aliases)
+    names = cst.ImportStar() if any(a.name == "*" for a in node.names) else aliases
+    return cst.ImportFrom(module=dotted_name(node.module) if node.module else None, names=names,
+                          relative=[cst.Dot()] * node.level)
+
+
 class ModuleFacts:
-    """One module of the project, parsed once and asked on demand."""
+    """One module of the project: its names read cheaply, and models of the parts asked about."""
 
     def __init__(self, project: "Project", path: str, dotted: str, source: str, digest: str):
         self.project = project
@@ -118,8 +220,9 @@ class ModuleFacts:
         self.stamp: tuple[int, int, int] | None = None  # the file's mtime, size and inode when read
         # The other modules this one's answers so far rested on (its bases' modules, its callees').
         self.depends: dict[str, str] = {}
-        self._model: ModuleModel | None = None
-        self._model_failed = False
+        self._symbols: Symbols | None = None
+        self._symbols_failed = False
+        self._models: dict[frozenset[int], ModuleModel | None] = {}
         self._classes: dict[str, ClassFacts | None] = {}
 
     @property
@@ -129,28 +232,52 @@ class ModuleFacts:
             return self.dotted
         return self.dotted.rpartition(".")[0]
 
-    def model(self) -> ModuleModel | None:
-        if self._model is None and not self._model_failed:
-            if self.dotted in self.project._under_way:
-                return None  # an import cycle back to a module being read: unknown from here
-            with self.project.asking(self):
-                self._model = self.project._build_model(self)
-            self._model_failed = self._model is None
-        return self._model
+    @property
+    def symbols(self) -> Symbols | None:
+        if self._symbols is None and not self._symbols_failed:
+            try:
+                tree = compile(self.source, self.path, "exec", ast.PyCF_ONLY_AST)
+                self._symbols = _symbols(tree, self.package)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._symbols_failed = True
+        return self._symbols
 
-    def where(self, node: cst.CSTNode | None) -> str:
-        line = 0
-        if node is not None:
-            # The def's own line: libcst has no cheap positions, so find its name in the text.
-            keyword = "class " if isinstance(node, cst.ClassDef) else "def "
-            name = getattr(getattr(node, "name", None), "value", "")
-            for number, text in enumerate(self.source.splitlines(), 1):
-                stripped = text.lstrip()
-                if stripped.startswith(keyword + name) and stripped[len(keyword) + len(name):][:1] in ("(", ":", "["):
-                    line = number
-                    break
+    def model_for(self, name: str) -> ModuleModel | None:
+        """The analysis of this module with only what `name`'s statement can need: the imports,
+        that def or class, and the module's own defs and classes it names (its bases, its
+        helpers), transitively. Every other top-level statement is blanked, so lines stay where
+        they are and a 6,000-line module asked about one class costs that class."""
+        symbols = self.symbols
+        if symbols is None or name not in symbols.statements or self.dotted in self.project._under_way:
+            return None  # unknown here (a cycle back to a module being read, for one)
+        wanted = {name}
+        todo = [name]
+        while todo:
+            for other in symbols.statements[todo.pop()].names:
+                if other in symbols.statements and other not in wanted:
+                    wanted.add(other)
+                    todo.append(other)
+        key = frozenset(wanted)
+        if key not in self._models:
+            with self.project.asking(self):
+                self._models[key] = self.project._build_model(self, self._kept_source(wanted))
+        return self._models[key]
+
+    def _kept_source(self, wanted: set[str]) -> str:
+        symbols = self.symbols
+        assert symbols is not None
+        lines = self.source.splitlines(keepends=True)
+        keep = [False] * len(lines)
+        ranges = [*symbols.kept, *((s.first, s.last) for n, s in symbols.statements.items() if n in wanted)]
+        for first, last in ranges:
+            for line in range(first - 1, min(last, len(lines))):
+                keep[line] = True
+        return "".join(text if kept else _blank(text) for text, kept in zip(lines, keep))
+
+    def where(self, statement: Statement) -> str:
+        """`pkg/models/base.py:4`, relative to the checked file's directory, for messages."""
         relative = os.path.relpath(self.path, self.project.anchor) if self.project.anchor else self.path
-        return f"{relative}:{line}" if line else relative
+        return f"{relative}:{statement.first}"
 
 
 class Project:
@@ -162,7 +289,6 @@ class Project:
         self._build = build_model
         self._roots: list[str] = []
         self._modules: dict[str, ModuleFacts | None] = {}  # dotted name -> facts (None: not the project's)
-        self._models_kept: OrderedDict[str, None] = OrderedDict()
         self._under_way: set[str] = set()
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
@@ -229,17 +355,17 @@ class Project:
         return None
 
     def _defined_in(self, module: ModuleFacts, name: str, hops: int) -> Definition | None:
-        model = module.model()
-        if model is None:
+        symbols = module.symbols
+        if symbols is None:
             return None
-        if name in model.functions or name in model.top_level_classes:
+        if name in symbols.statements:
             return Definition(module, name)
-        target = model.imports.aliases.get(name)
+        target = symbols.aliases.get(name)
         if target is not None and target != name:
             return self.resolve(target, hops + 1)
-        if name in model.module_names:
+        if name in symbols.other:
             return None  # bound here some other way (`Encoder = make_encoder()`): unknown
-        for star in model.star_imports:
+        for star in symbols.stars:
             found = self.resolve(f"{star}.{name}", hops + 1)
             if found is not None:
                 return found
@@ -253,43 +379,88 @@ class Project:
         module = found.module
         if found.name in module._classes:
             return module._classes[found.name]
+        symbols = module.symbols
+        if symbols is None or not symbols.statements[found.name].is_class:
+            module._classes[found.name] = None
+            return None
         module._classes[found.name] = None  # a class that inherits from itself through a cycle
+        statement = symbols.statements[found.name]
         with self.asking(module):
-            model = module.model()
-        facts = None
-        if model is not None and found.name in model.top_level_classes:
-            node = model.top_level_classes[found.name]
-            kind = ("function" if found.name in model.function_class_names else
-                    "module" if found.name in model.module_class_names else "plain")
-            facts = ClassFacts(kind, module.where(node))
+            kind = self._kind_from_bases(module, statement)
+            if kind is None and "forward" in statement.methods:
+                # A base from outside the project (or unknown): what the module's own analysis
+                # makes of the class (FileModel's `_module_like`: forward and layers built in __init__).
+                model = module.model_for(found.name)
+                if model is not None and found.name in model.top_level_classes:
+                    kind = ("function" if found.name in model.function_class_names else
+                            "module" if found.name in model.module_class_names else None)
+        facts = ClassFacts(kind or "plain", module.where(statement))
         module._classes[found.name] = facts
         return facts
 
+    def _kind_from_bases(self, module: ModuleFacts, statement: Statement) -> str | None:
+        """"module" or "function" when a base is one (followed through the project's modules),
+        "plain" when every base is known and none is, None when some base is unknown."""
+        symbols = module.symbols
+        assert symbols is not None
+        unknown = False
+        for base in statement.bases:
+            head, _, rest = base.partition(".")
+            if not base or base == "object":
+                unknown = unknown or not base
+                continue
+            if head in symbols.statements and not rest:
+                qualified = f"{module.dotted}.{head}" if module.dotted else head
+            else:
+                target = symbols.aliases.get(head)
+                qualified = (f"{target}.{rest}" if rest else target) if target else base
+            if qualified in FUNCTION_BASES:
+                return "function"
+            if is_module_base(qualified):
+                return "module"
+            facts = self.class_facts(qualified)
+            if facts is None:
+                unknown = True
+            elif facts.kind in ("module", "function"):
+                return facts.kind
+        return None if unknown else "plain"
+
     def function(self, qualified: str) -> tuple[ModuleModel, cst.FunctionDef, ModuleFacts] | None:
-        """A top-level def of another module, with that module's model to ask about it."""
+        """A top-level def of another module, with a model of that module to ask about it."""
         found = self.resolve(qualified)
         if found is None or not found.name:
             return None
-        model = found.module.model()
+        symbols = found.module.symbols
+        if symbols is None or symbols.statements[found.name].is_class:
+            return None
+        model = found.module.model_for(found.name)
         if model is None or found.name not in model.functions:
             return None
-        function = model.functions[found.name]
-        return model, function, found.module
+        return model, model.functions[found.name], found.module
 
     def star_bindings(self, qualified_module: str) -> dict[str, str]:
         """What `from qualified_module import *` binds that names another thing: its imports'
         aliases (`nn` -> `torch.nn` from `import torch.nn as nn`) and its own top-level defs and
-        classes. Names starting with `_` are not star-exported."""
+        classes. Names starting with `_` are not star-exported, unless `__all__` lists them."""
         module = self.module(qualified_module)
-        model = module.model() if module is not None else None
-        if model is None:
+        symbols = module.symbols if module is not None else None
+        if symbols is None:
             return {}
-        exported = model.exported_names
-        bound = {name: target for name, target in model.imports.aliases.items()
-                 if not name.startswith("_") and (exported is None or name in exported)}
-        for name in (*model.functions, *model.top_level_classes):
-            if not name.startswith("_") and (exported is None or name in exported):
+        exported = symbols.exported
+
+        def public(name: str) -> bool:
+            return name in exported if exported is not None else not name.startswith("_")
+
+        bound = {name: target for name, target in symbols.aliases.items() if public(name)}
+        for name in symbols.statements:
+            if public(name):
                 bound[name] = f"{qualified_module}.{name}"
+        for star in symbols.stars:  # what it star-imported is in its namespace too
+            if star != qualified_module and len(self._asking) < _MAX_HOPS:
+                with self.asking(module):
+                    for name, target in self.star_bindings(star).items():
+                        if public(name):
+                            bound.setdefault(name, target)
         return bound
 
     # ----- modules ----------------------------------------------------------------------------
@@ -335,21 +506,20 @@ class Project:
                     return facts
         return None
 
-    def _build_model(self, module: ModuleFacts) -> ModuleModel | None:
+    def _build_model(self, module: ModuleFacts, source: str) -> ModuleModel | None:
         if self._build is None:
             return None
         self._under_way.add(module.dotted)
         try:
-            tree = cst.parse_module(module.source)
-            model = self._build(tree, module.path, module.source, self)
+            tree = cst.parse_module(source)
+            return self._build(tree, module.path, source, self)
         except Exception:  # noqa: BLE001 - a module we cannot read answers nothing; the checked file goes on
             return None
         finally:
             self._under_way.discard(module.dotted)
-        self._models_kept[module.dotted] = None
-        while len(self._models_kept) > _MODELS_KEPT:
-            old, _ = self._models_kept.popitem(last=False)
-            facts = self._modules.get(old)
-            if facts is not None:
-                facts._model, facts._model_failed = None, False
-        return model
+
+
+def _blank(line: str) -> str:
+    """A line emptied but for its line break: what a blanked statement leaves, so the kept
+    statements stay on their lines."""
+    return line[len(line.rstrip("\r\n")):]

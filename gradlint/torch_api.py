@@ -335,3 +335,12 @@ def makes_a_step(method: str, receiver: str | None) -> bool:
     if method not in STEP_METHODS:
         return False
     return method != "step" or receiver is None or not _SIMULATOR.match(receiver.rsplit(".", 1)[-1])
+
+
+def is_module_base(name: str) -> bool:
+    if name in MODULE_BASES:
+        return True
+    if name.startswith("torch.nn.") and name.count(".") == 2:
+        last = name.rsplit(".", 1)[-1]
+        return last[:1].isupper() and last not in NN_NOT_MODULES
+    return False
