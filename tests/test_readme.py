@@ -132,6 +132,45 @@ def test_rule_table_lists_every_rule_with_its_severity():
         assert f"| {rule.code} | {rule.name} | {rule.severity.value} | {fix} | {rule.summary} |" in README
 
 
+def _section(title: str) -> str:
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_probe_options_and_exit_codes_shown_are_the_cli_s():
+    section = _section("Probe your training")
+    usage = section.split("```text\n", 1)[1].split("```", 1)[0]
+    shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-m)\b", usage))
+    assert {"-m", "--steps", "--json", "--quiet"} <= shown
+    help_text = subprocess.run([sys.executable, "-m", "gradlint", "probe", "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    for option in shown:
+        assert re.search(rf"(?<![\w-]){re.escape(option)}\b", help_text), f"README shows {option}; gradlint probe has none"
+    # Every exit code the probe's CLI documents is in the README's list, with the same meaning for 3.
+    from gradlint.runtime_probe import cli
+
+    documented = {int(code) for code in re.findall(r"(?<![\w.])(\d+) (?:no leak|a leak|usage|nothing|interrupted|stopped)",
+                                                     cli.__doc__)}
+    assert documented == {0, 1, 2, 3, 130, 143}
+    codes = section.split("### Exit codes\n", 1)[1].strip().split("\n\n", 1)[0]
+    for code in documented:
+        assert re.search(rf"(?<!\d){code}\s", codes), f"exit code {code} is not in the README"
+    assert "3 nothing measured" in codes
+
+
+def test_editor_snippets_start_the_server_the_cli_has():
+    section = _section("Editor")
+    assert "pip install 'torch-gradlint[lsp]'" in section
+    snippets = re.findall(r"```(json|lua|toml)\n(.*?)```", section, re.S)
+    assert [lang for lang, _ in snippets] == ["json", "lua", "toml"]
+    for _, body in snippets:
+        assert "gradlint" in body and "server" in body
+    toml = tomllib.loads(snippets[2][1])
+    assert toml["language-server"]["gradlint"] == {"command": "gradlint", "args": ["server"]}
+    assert "gradlint" in toml["language"][0]["language-servers"]
+    completed = subprocess.run([sys.executable, "-m", "gradlint", "server", "--help"], capture_output=True, text=True)
+    assert completed.returncode == 0 and "LSP over stdio" in completed.stdout
+
+
 def update() -> None:
     """Rewrite the README's shown outputs from what gradlint prints now."""
     text = README
