@@ -4,15 +4,17 @@ name what holds it, and cross-check the static findings.
     from gradlint.runtime_probe import probe, assert_no_leak
     report = probe(step, steps=100)        # report.verdict, report.bytes_per_step, report.holders
 
+    from gradlint.runtime_probe import StepProbe, render_text   # steps driven by your own loop
+
 Importing this package does not import torch; the names below load on first use.
 """
 
 from __future__ import annotations
 
-__all__ = ["probe", "ProbeReport", "Verdict", "Holder", "assert_no_leak", "LeakError"]
+__all__ = ["probe", "ProbeReport", "Verdict", "Holder", "assert_no_leak", "LeakError", "StepProbe", "render_text"]
 
 _WHERE = {
-    "probe": "api", "ProbeReport": "api", "Verdict": "verdict", "Holder": "attribute",
+    "probe": "api", "ProbeReport": "probe_report", "StepProbe": "session", "render_text": "session", "Verdict": "verdict", "Holder": "attribute",
     "assert_no_leak": "pytest_helper", "LeakError": "pytest_helper",
 }
 

@@ -1,8 +1,9 @@
 """`gradlint probe`: argument parsing and exit codes over the probe's functions.
 
 Importing this module must not import torch: `gradlint check` imports the CLI at start-up.
-Exit codes: 0 no leak, 1 a leak or a failed step, 2 usage error, 130 interrupted (Ctrl-C) and 143
-stopped by SIGTERM with no leak seen.
+Exit codes: 0 no leak, 1 a leak or a failed step (a script that raised or exited non-zero),
+2 usage error, 3 nothing measured (a script that never stepped, or ended before enough steps to
+judge), 130 interrupted (Ctrl-C) and 143 stopped by SIGTERM with no leak seen.
 """
 
 from __future__ import annotations
@@ -57,18 +58,27 @@ def _check_output(option: str, path: str, suffix: str | None = None) -> None:
         _fail(f"{option} {path}: the plot is a PNG, name it *{suffix}")
 
 
+class _Bar:
+    def __init__(self, progress) -> None:
+        self.progress = progress
+
+    def __exit__(self, *_exc) -> None:
+        self.progress.close()
+
+
 def _progress(quiet: bool, total: int, label: str):
-    """A step callback that draws a bar on stderr (none when quiet; click writes only the label when
-    stderr is not a terminal)."""
-    if quiet:
+    """A step callback that shows steps done, elapsed time and live bytes on a terminal's stderr;
+    none when quiet or when stderr is not a terminal (progress.py)."""
+    from .progress import Progress
+
+    progress = Progress(total, label.strip(), stream=sys.stderr, quiet=quiet)
+    if not progress.enabled:
         return None, None
-    bar = click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True, width=30)
-    bar.__enter__()
 
-    def on_step(_i: int) -> None:
-        bar.update(1)
+    def on_step(i: int, session=None) -> None:
+        progress.update(i, session.live_bytes if session is not None else None)
 
-    return on_step, bar
+    return on_step, _Bar(progress)
 
 
 def _stride(_ctx, _param, value: str) -> int | None:
@@ -81,6 +91,9 @@ def _stride(_ctx, _param, value: str) -> int | None:
 
 @click.command("probe", cls=usage_errors.Command)
 @click.argument("target", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "module", metavar="MODULE", help="Run MODULE as a script (as `python -m MODULE` would); "
+              "arguments after -- are its own.")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Steps to run.")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True, help="Unmeasured steps first.")
 @click.option("--gc-every", type=click.IntRange(min=1), default=10, show_default=True,
@@ -92,9 +105,13 @@ def _stride(_ctx, _param, value: str) -> int | None:
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Write the reports and the cross-check as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), help="Plot memory per step to a PNG (needs matplotlib).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar; print the verdict lines and the table only.")
-def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet) -> None:
-    """Run TARGET (FILE.py:FUNCTION or package.module:FUNCTION, a zero-argument training step)
-    STEPS times and report whether memory leaks, what holds it, and which static finding agrees.
+def probe(target, script_args, module, steps, warmup, gc_every, track_every, device, json_file, plot_file,
+          quiet) -> None:
+    """Run TARGET STEPS times and report whether memory leaks, what holds it, and which static
+    finding agrees. TARGET is a training script (train.py, run unchanged as `python train.py
+    ARGS` would, its steps found at each optimizer step; arguments after -- are the script's),
+    `-m package.module` likewise, or a zero-argument step function (FILE.py:FUNCTION or
+    package.module:FUNCTION). Under torchrun each rank reports, and rank 0 sums up.
 
     With no TARGET, probe the bundled scenarios: the self-test of static rules against runtime.
     """
@@ -103,7 +120,8 @@ def probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_
     # "Aborted!" and exit 1.
     with interrupt.handling():
         try:
-            _probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet)
+            _probe(target, tuple(script_args), module, steps, warmup, gc_every, track_every, device, json_file,
+                   plot_file, quiet)
         except KeyboardInterrupt as stop:
             _stopped(interrupt.signal_name(stop), "")
 
@@ -113,7 +131,29 @@ def _stopped(signal_name: str, where: str) -> None:
     sys.exit(interrupt.exit_code(signal_name))
 
 
-def _probe(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet) -> None:
+def _is_script(target: str | None) -> bool:
+    """`train.py` (a script) and not `train.py:step` (a step function in it)."""
+    if target is None:
+        return False
+    _, sep, name = target.rpartition(":")
+    if sep and name.isidentifier():
+        return False
+    return target.endswith(".py") or os.path.isfile(target)
+
+
+def _probe(target, script_args, module, steps, warmup, gc_every, track_every, device, json_file, plot_file,
+           quiet) -> None:
+    script = module is not None or _is_script(target)
+    if module is not None and target is not None:
+        script_args = (target, *script_args)  # `-m pkg.mod a b`: all of them the module's arguments
+    if script_args and not script:
+        _fail(f"arguments after the target ({' '.join(script_args)}) are for a script; {target or 'the self-test'} "
+              "is not one (a step function takes none)")
+    rank = _rank()
+    if json_file:
+        json_file = _per_rank(json_file, rank)
+    if plot_file:
+        plot_file = _per_rank(plot_file, rank)
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -134,7 +174,10 @@ def _probe(target, steps, warmup, gc_every, track_every, device, json_file, plot
         device = resolve_device(device)
     except ValueError as why:
         _fail(str(why))
-    if target is None:
+    if script:
+        code, reports = _script(module or target, bool(module), script_args, steps, warmup, gc_every, track_every,
+                                device, json_file, plot_file, quiet, render, rank)
+    elif target is None:
         code, reports = _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render)
     else:
         code, reports = _target(target, steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet,
@@ -150,6 +193,9 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
     from .crosscheck import cross_check, files_involved, static_findings
     from .target import TargetError, load_target
 
+    from . import threads
+
+    threads.install()  # before the import: a producer thread it starts is seen
     try:
         loaded = load_target(spec)
         interrupt.check()
@@ -160,7 +206,7 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
     on_step, bar = _progress(quiet, steps, "probing")
     try:
         report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec,
-                           on_step=on_step, track_every=track_every)
+                           on_progress=on_step, track_every=track_every)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -186,6 +232,83 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
     if report.verdict.is_leak or report.error is not None:
         return 1, [report]
     return (interrupt.exit_code(stopped) if stopped is not None else 0), [report]
+
+
+def _rank() -> int | None:
+    """This process's torchrun rank (RANK), when it runs under torchrun with more than one."""
+    world = os.environ.get("WORLD_SIZE", "")
+    rank = os.environ.get("RANK", "")
+    if rank.isdigit() and world.isdigit() and int(world) > 1:
+        return int(rank)
+    return None
+
+
+def _per_rank(path: str, rank: int | None) -> str:
+    """`{rank}` in a --json or --plot path is the rank; under torchrun without it, `.rankN` goes
+    before the suffix: no two ranks write one file."""
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank if rank is not None else 0))
+    if rank is None:
+        return path
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}.rank{rank}{suffix}"
+
+
+def _script(target, as_module, script_args, steps, warmup, gc_every, track_every, device, json_file, plot_file,
+            quiet, render, rank):
+    from . import distributed
+    from .crosscheck import cross_check, files_involved, static_findings
+    from .script import ScriptError, run_script
+
+    on_step, bar = _progress(quiet, steps, "probing")
+    try:
+        try:
+            ran = run_script(target, list(script_args), as_module=as_module, steps=steps, warmup=warmup,
+                             gc_every=gc_every, track_every=track_every, device=device, on_step=on_step, rank=rank)
+        except ScriptError as why:
+            _fail(str(why))
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    report = ran.report
+    stopped = report.interrupted_by if report.interrupted else None
+    try:
+        if not report.interrupted:
+            interrupt.check()
+        files = sorted(set(files_involved(report, ran.file)) | set(ran.imported))
+        rows = cross_check(report, static_findings(files))
+    except KeyboardInterrupt as stop:
+        rows, stopped = [], interrupt.signal_name(stop)
+    click.echo(render.report_text(report), nl=False)
+    click.echo(f"  script: {_script_line(ran, steps)}")
+    if rows:
+        click.echo("cross-check with gradlint check:")
+        click.echo(render.table_text(rows), nl=False)
+    _outputs([report], rows, json_file, plot_file, render)
+    if rank is not None:
+        summary = distributed.gather(report, rank)
+        if summary:
+            click.echo(summary, nl=False)
+    if report.verdict.is_leak or report.error is not None:
+        return 1, [report]
+    if stopped is not None:
+        return interrupt.exit_code(stopped), [report]
+    if report.verdict.value == "not-measured":
+        return 3, [report]
+    return 0, [report]
+
+
+def _script_line(ran, steps: int) -> str:
+    how = {"optimizer step": "a step ends at each optimizer step",
+           "backward": "no optimizer: a step ends at each backward()",
+           "": "no step boundary was seen"}[ran.boundary]
+    done = ran.report.steps_done
+    end = {"stopped": f"stopped after {done} steps",
+           "finished": f"it ended on its own after {done} of {steps} steps",
+           "exit": f"it called sys.exit({ran.exit_code!r}) after {done} of {steps} steps",
+           "raised": f"it raised in step {ran.report.error.step if ran.report.error else done}",
+           "interrupted": f"interrupted after {done} steps"}[ran.ended]
+    return f"ran as __main__; {how}; {end}"
 
 
 def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file, quiet, render):

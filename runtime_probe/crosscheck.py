@@ -13,13 +13,34 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .api import ProbeReport
+from .probe_report import ProbeReport
 from .attribute import display_path
 from .verdict import Verdict
 
 CONFIRMED = "confirmed"
 RUNTIME_ONLY = "runtime-only"
 STATIC_ONLY = "static-only"
+# A static finding that claims no leak (a wrong gradient, nondeterminism, a slowdown): the probe
+# measures memory, so "no growth" beside it would say nothing, or mislead.
+NOT_A_LEAK = "not a leak claim"
+# GL301 with the bytes the probe saw that Function save until backward.
+MEASURED = "measured"
+
+# Rules whose finding says memory outlives the step: the probe can confirm them or see no growth.
+LEAK_RULES = frozenset({"GL101", "GL102", "GL103", "GL104", "GL105", "GL107", "GL207"})
+# What each other rule is about, as the verdict column and the note say it.
+_NOT_A_LEAK = {
+    "GL106": ("slowdown", ("torch.cuda.empty_cache() in the loop slows allocation and frees nothing still "
+                           "referenced; not memory growth, which is what the probe measures")),
+    "GL301": ("memory until backward", ("an int64 index saved for backward costs twice int32's bytes while the graph "
+                                        "lives; no saved int64 tensor of it was seen in the sampled steps")),
+    "GL302": ("nondeterminism", "float gradients that differ run to run; not memory, which is what the probe measures"),
+    "GL303": ("wasted compute", "gradients computed that no input needs: time, not memory growth"),
+    "GL304": ("correctness", "in-place changes through .data escape autograd's version checks; not memory"),
+}
+_OTHER = ("not measured", "a rule the probe has no measurement for")
+_CONTRACT = ("correctness", ("an autograd Function contract (wrong or missing gradients, or an error), not memory; "
+                             "the probe reports it only when the step raises"))
 
 _FUNCTION_IN_ERROR = re.compile(r"function (\w+?)Backward returned")
 
@@ -104,12 +125,25 @@ def cross_check(report: ProbeReport, findings, scenario: str = "") -> list[Row]:
         rows.append(Row("(unnamed)", report.bytes_per_step, report.graph_nodes_per_step,
                         (report.measured_verdict or report.verdict).value, "-",
                         RUNTIME_ONLY, "no holder could be named", scenario))
+    saved = {s.subject: s for s in getattr(report, "saved_indices", ())}
     for i, f in enumerate(findings):
         if i in used:
             continue
-        rows.append(Row(f.subject or "-", 0.0, 0.0, "no growth" if report.verdict is not Verdict.ERROR else "-",
-                        f"{f.code} at {display_path(f.path)}:{f.line}", STATIC_ONLY,
-                        _static_only_note(f.code), scenario))
+        where = f"{f.code} at {display_path(f.path)}:{f.line}"
+        if f.code in LEAK_RULES:
+            rows.append(Row(f.subject or "-", 0.0, 0.0, "no growth" if report.verdict is not Verdict.ERROR else "-",
+                            where, STATIC_ONLY, _static_only_note(f.code), scenario))
+            continue
+        index = saved.get(f.subject) if f.code == "GL301" else None
+        if index is not None:
+            from .progress import human_bytes
+
+            rows.append(Row(f.subject, index.bytes_per_step, 0.0, "saved until backward", where, MEASURED,
+                            f"this step saves {human_bytes(index.bytes_per_step)} of int64 until backward; "
+                            f"int32 would hold {human_bytes(index.int32_bytes)}", scenario))
+            continue
+        kind, note = _NOT_A_LEAK.get(f.code) or (_CONTRACT if f.code.startswith("GL2") else _OTHER)
+        rows.append(Row(f.subject or "-", None, 0.0, kind, where, NOT_A_LEAK, note, scenario))
     return rows
 
 
@@ -120,5 +154,4 @@ def _static_only_note(code: str) -> str:
     return {
         "GL101": "measured no growth in this run; where it ran, a ctx attribute still skips the saved-tensor "
                  "version check (a correctness risk, not a leak)",
-        "GL301": "measured no growth: the saved index costs bytes while the graph lives, not per step",
     }.get(code, "measured no growth in this run")

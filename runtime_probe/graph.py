@@ -102,6 +102,42 @@ def saved_tensors(root, seen: set[int]) -> Iterator:
         stack.extend(child for child, _ in getattr(node, "next_functions", ()))
 
 
+def saved_by_node(root, seen: set[int], keep: list) -> Iterator[tuple[object, object]]:
+    """(node, saved tensor) for each tensor saved in the nodes reachable from `root`'s grad_fn
+    that are not in `seen`; `keep` holds the node wrappers so their ids stay unique."""
+    for node, _slot, saved in saved_slots(getattr(root, "grad_fn", None), seen, keep):
+        yield node, saved
+
+
+def saved_slots(start, seen: set[int], keep: list) -> Iterator[tuple[object, str, object]]:
+    """(node, slot, tensor) for each tensor saved in the nodes reachable from the node `start`
+    and not in `seen`: built-in nodes' `_saved_*` slots, a custom Function's `saved_tensors`, and
+    its ctx attributes (slot "ctx.<name>"). A slot backward already freed raises: skipped."""
+    import torch
+
+    custom = torch.autograd.function.BackwardCFunction
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        keep.append(node)
+        for name in _saved_attributes(node):
+            try:
+                value = getattr(node, name)
+            except RuntimeError:
+                continue
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, torch.Tensor):
+                    yield node, name, item
+        if isinstance(node, custom):
+            for name, value in list(dict.items(vars(node))):
+                if isinstance(value, torch.Tensor) and isinstance(name, str):
+                    yield node, f"ctx.{name}", value
+        stack.extend(child for child, _ in getattr(node, "next_functions", ()))
+
+
 def _saved_attributes(node) -> tuple[str, ...]:
     names = _saved_names.get(type(node))
     if names is None:

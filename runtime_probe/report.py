@@ -6,16 +6,9 @@ import json
 import os
 from dataclasses import asdict
 
-from .api import ProbeReport
 from .crosscheck import Row
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from .progress import human_bytes
+from .probe_report import ProbeReport
 
 
 def _growth(bytes_per_step: float | None, nodes: float) -> str:
@@ -28,7 +21,8 @@ def _growth(bytes_per_step: float | None, nodes: float) -> str:
 
 
 def report_text(report: ProbeReport) -> str:
-    lines = [f"gradlint probe: {report.name} ({report.steps_done}/{report.steps_requested} steps, "
+    rank = f" [rank {report.rank}]" if report.rank is not None else ""
+    lines = [f"gradlint probe: {report.name}{rank} ({report.steps_done}/{report.steps_requested} steps, "
              f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every}"
              + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "") + ")"]
     if report.interrupted:
@@ -38,6 +32,8 @@ def report_text(report: ProbeReport) -> str:
         f"  {_growth(report.bytes_per_step, report.graph_nodes_per_step)}  confidence {report.confidence:.2f}"
         if report.verdict.is_leak else ""))
     lines.append(f"  why: {report.reason}")
+    for note in report.notes:
+        lines.append(f"  note: {note}")
     if report.error is not None:
         lines.append(f"  step {report.error.step} raised at {report.error.where or '?'}: {report.error.exception}")
     if report.measured_verdict is not None:
@@ -83,41 +79,6 @@ def table_text(rows: list[Row], with_scenario: bool = False) -> str:
     out += [fmt.format(*row) for row in body]
     notes = [f"  {r.holder}: {r.note}" for r in rows if r.note]
     return "\n".join(out + notes) + "\n"
-
-
-def report_dict(report: ProbeReport) -> dict:
-    run = report.run
-    return {
-        "name": report.name,
-        "verdict": report.verdict.value,
-        "reason": report.reason,
-        "bytes_per_step": report.bytes_per_step,
-        "graph_nodes_per_step": report.graph_nodes_per_step,
-        "confidence": report.confidence,
-        "steps_done": report.steps_done,
-        "steps_requested": report.steps_requested,
-        "warmup": report.warmup,
-        "gc_every": report.gc_every,
-        "track_every": report.track_every,
-        "device": report.device,
-        "steps_to_oom": report.steps_to_oom,
-        "step_peak_bytes": report.step_peak_bytes,
-        "median_step_ms": report.median_step_ms,
-        "tracked_step_ms": report.tracked_step_ms,
-        "heap_bytes_per_step": report.heap_bytes_per_step,
-        "cuda_bytes_per_step": report.cuda_bytes_per_step,
-        "interrupted": report.interrupted,
-        "interrupted_by": report.interrupted_by,
-        "error": asdict(report.error) if report.error else None,
-        "measured_verdict": report.measured_verdict.value if report.measured_verdict else None,
-        "measured_reason": report.measured_reason,
-        "holders": [asdict(h) for h in report.holders],
-        "series": {
-            "live_bytes": run.live_bytes if run else [],
-            "tracked": run.step_tracked if run else [],
-            "collections": [asdict(c) for c in run.collections] if run else [],
-        },
-    }
 
 
 def write_json(path: str, reports: list[ProbeReport], rows: list[Row]) -> None:

@@ -57,6 +57,19 @@ def cuda_allocated() -> int | None:
         return None
 
 
+def cuda_reserved() -> int | None:
+    """Bytes the caching allocator holds from the driver (torch.cuda.memory_reserved()): what
+    nvidia-smi shows grow, allocated or not."""
+    import torch
+
+    if not cuda_available():
+        return None
+    try:
+        return int(torch.cuda.memory_reserved())
+    except (AttributeError, AssertionError, RuntimeError, KeyError):
+        return None
+
+
 def device_free_bytes(device: str) -> int | None:
     """Bytes a leak can still take before the device runs out."""
     if device == "cuda":

@@ -40,6 +40,9 @@ _CUDA_EXT_DIR = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "cuda_e
 # The step of a storage first met through an op that allocates nothing, while steps are skipped:
 # it was made on a skipped step (or outside the dispatcher), so no tracked step owns its bytes.
 UNSEEN_STEP = -1
+# The step of a storage first met through such an op with every step tracked: it existed before
+# the step (made before the run, or in an untracked warm-up step), so it is no step's new memory.
+PRE_EXISTING = -2
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -135,9 +138,8 @@ class LiveStorageTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self.step = 0
         # Set while some steps run without the mode: a storage first met through an op that
-        # allocates nothing is then a skipped step's, not this step's. With every step tracked it
-        # was made outside the dispatcher (another thread, before the run) or in a warm-up
-        # calibration step, and is charged to the step that first meets it, as it always was.
+        # allocates nothing is then a skipped step's (UNSEEN_STEP); with every step tracked it
+        # existed before the step (PRE_EXISTING). Neither is charged to the step that meets it.
         self.skipping = False
         # Tensor objects made while tracking, to find held graphs and the holders of survivors.
         # A dict of plain weakrefs by id, not a WeakSet: adding to a WeakSet hashes the tensor
@@ -181,11 +183,14 @@ class LiveStorageTracker(TorchDispatchMode):
         record.op = getattr(func, "__name__", None) or str(func)
         self.records[key] = record
         if _allocates_nothing(func):
+            # First met through an op that allocates nothing: the storage was made outside the
+            # tracker (before the run: a dataset built at import, a cache filled then; or on a
+            # skipped step). Charging it to the step that first reads it took `DATASET[i]` for
+            # 6 KiB/step of new memory. Kept with no bytes, so later views of it are not taken
+            # for new storages either. (Other threads' ops are recorded where they run: threads.py.)
             self._note_base(t)
-            if self.skipping:
-                # Kept with no bytes, so later views of it are not taken for new storages either.
-                record.nbytes, record.step, record.file, record.line = 0, UNSEEN_STEP, "", 0
-                return
+            record.nbytes, record.step, record.file, record.line = 0, UNSEEN_STEP if self.skipping else PRE_EXISTING, "", 0
+            return
         record.nbytes = nbytes = st.nbytes()
         record.step = self.step
         record.file, record.line = self._user_line()
@@ -234,3 +239,13 @@ class LiveStorageTracker(TorchDispatchMode):
             return t.untyped_storage()._cdata
         except (RuntimeError, TypeError, NotImplementedError):
             return None
+
+
+def record_outputs(tracker: LiveStorageTracker, out, func) -> None:
+    """Record an op's output tensors into `tracker`: for another thread's mode (threads.py)."""
+    if isinstance(out, torch.Tensor):
+        tracker._record(out, func)
+        return
+    for t in tree_flatten(out)[0]:
+        if isinstance(t, torch.Tensor):
+            tracker._record(t, func)

@@ -16,11 +16,21 @@ class Verdict(enum.Enum):
     CLEAN = "clean"
     DELAYED_FREE = "delayed-free"  # a reference cycle: grows between collections, gc.collect() frees it
     RETAINED = "retained"  # survives gc.collect(): reachable, or a cycle through C++ gc cannot see
+    # CUDA: the caching allocator's reserved blocks grew while allocated memory did not; not a leak.
+    ALLOCATOR_GREW = "allocator-grew"
     ERROR = "error"  # the step raised
+    # Too few steps after warm-up to judge (a script that ended or stopped early, finish() called
+    # early): neither clean nor a leak.
+    NOT_MEASURED = "not-measured"
 
     @property
     def is_leak(self) -> bool:
         return self in (Verdict.DELAYED_FREE, Verdict.RETAINED)
+
+    @property
+    def no_leak(self) -> bool:
+        """Measured, and nothing grows that the program keeps."""
+        return self in (Verdict.CLEAN, Verdict.ALLOCATOR_GREW)
 
 
 def robust_slope(xs: list[float], ys: list[float]) -> float:

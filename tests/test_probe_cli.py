@@ -25,7 +25,9 @@ def run(*args: str):
     (f"{STEPS}:no_such_step", f"gradlint probe: error: {STEPS} has no attribute 'no_such_step'\n"),
     (f"{STEPS}:NOT_A_STEP", f"gradlint probe: error: {STEPS}:NOT_A_STEP is not callable (it is a int)\n"),
     ("no_such_package.train:step", "gradlint probe: error: no module named 'no_such_package.train'\n"),
-    ("train.py", "gradlint probe: error: target 'train.py' must be FILE.py:FUNCTION or package.module:FUNCTION\n"),
+    # a bare FILE.py is a script to run (script mode), so a missing one is a missing file
+    ("train.py", "gradlint probe: error: no such file: train.py\n"),
+    ("train", "gradlint probe: error: target 'train' must be FILE.py:FUNCTION or package.module:FUNCTION\n"),
     (f"{STEPS}:generator_step", f"gradlint probe: error: {STEPS}:generator_step is a generator function: calling it "
                                 "runs none of its body; probe a plain function that runs one step\n"),
 ])
@@ -262,12 +264,17 @@ def test_the_self_test_exits_1_when_a_scenario_does_not_match_what_it_declares(m
     assert "0 of 1 scenarios match what they declare; mismatched: clean" in result.output
 
 
-@pytest.mark.parametrize(("quiet", "shown"), [((), True), (("--quiet",), False)])
-def test_the_progress_bar_is_shown_unless_quiet(quiet, shown):
+@pytest.mark.parametrize(("quiet", "tty", "shown"), [((), True, True), (("--quiet",), True, False),
+                                                  ((), False, False)])
+def test_progress_shows_on_a_terminal_unless_quiet(quiet, tty, shown, monkeypatch):
     pytest.importorskip("torch")
+    from gradlint.runtime_probe import progress
+
+    monkeypatch.setattr(progress, "_isatty", lambda _stream: tty)
     result = run(f"{STEPS}:clean_step", "--steps", "20", *quiet)
     assert result.exit_code == 0, result.output
-    assert ("probing" in result.output) is shown
+    # steps done, elapsed, live bytes; nothing of it in a log that is not a terminal
+    assert bool(re.search(r"probing: step 20/20, [0-9.]+ s, live tensors [0-9.]+ \w?i?B", result.output)) is shown
 
 
 def test_a_gc_interval_the_probe_lowers_is_noted_with_the_reason():

@@ -39,10 +39,30 @@ def test_tracked_steps_are_counted_between_any_two_steps_as_the_run_grows():
 
 
 def test_the_stride_brings_the_mean_step_under_the_target():
-    plan = calibrated(tracked_s=2.6e-3, bare_s=1.0e-3)
-    assert plan.decide(10) == 8 and plan.every == 4  # 1 + 1.6/4 = 1.4x; collections every 8 steps
+    plan = calibrated(tracked_s=2.6e-3, bare_s=1.0e-3, steps=400)
+    assert plan.decide(10) == 6 and plan.every == 6  # 1 + 1.6/6 = 1.27x; collections every 6 steps
+    # At 100 steps the stride is capped to leave MIN_TRACKED tracked steps: 1 + 1.6/5 = 1.32x.
+    capped = calibrated(tracked_s=2.6e-3, bare_s=1.0e-3)
+    assert capped.decide(10) == 10 and capped.every == (100 - 10 - 2) // MIN_TRACKED == 5
     cheap = calibrated(tracked_s=1.3e-3, bare_s=1.0e-3)
     assert cheap.decide(10) == 10 and cheap.every == 1
+
+
+def test_on_a_loaded_machine_the_tracker_cost_is_read_in_cpu_time():
+    # Waiting for a core stretches both steps' wall clock alike (1.2x apart) while the tracker's
+    # own work triples the step's CPU time: the stride follows the CPU time.
+    plan = StridePlan(400, 10, None)
+    for i in range(1, 11):
+        on = plan.tracked(i)
+        plan.observe(i, on, 12e-3 if on else 10e-3, 3e-3 if on else 1e-3)
+    plan.decide(10)
+    assert plan.every == 7  # ceil((3 - 1) / (1.3 - 1))
+    wall_only = StridePlan(400, 10, None)
+    for i in range(1, 11):
+        on = wall_only.tracked(i)
+        wall_only.observe(i, on, 12e-3 if on else 10e-3)
+    wall_only.decide(10)
+    assert wall_only.every == 1
 
 
 def test_the_stride_leaves_enough_tracked_steps_and_collections_land_on_tracked_steps():
