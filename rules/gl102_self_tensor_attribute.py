@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-import libcst as cst
-
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel
+from gradlint.analysis import GLOBAL, SELF_ATTRIBUTE, FileModel, graph_kept_by_module_forward
 from gradlint.findings import Severity
-from gradlint.flow import AttributeStore, ContainerAdd, NameStore
 from gradlint.rule import Hit, Invalid, Rule
 
 
@@ -208,37 +205,21 @@ class Prototypes(nn.Module):
         return prechecks.stores_on_self_in(tree, "forward")
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for walk in model.walks:
-            role = walk.role
-            if role.no_grad or not (role.kind == "module_forward" or (
-                    role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
-                    and model.runs_in_forward(walk.function))):
-                continue
-            for event in walk.events:
-                if getattr(event, "where", None) is None or event.where.no_grad:
-                    continue
-                if isinstance(event, AttributeStore) and event.owner_name == role.self_name \
-                        and event.value.holds_graph():
-                    target = f"{role.self_name}.{event.attribute}"
-                    subject = f"{role.owner_class}.{event.attribute}"
-                    if event.augmented or target in event.value.reads:
-                        yield Hit(event.node, (
-                            f"{target} chains each step's graph onto the last: memory grows every step; "
-                            "update it under torch.no_grad()"), Severity.ERROR, subject)
-                    else:
-                        yield Hit(event.node, (
-                            f"{target} keeps this step's graph until the next; store .detach() or "
-                            ".item() unless backward needs it"), Severity.WARNING, subject)
-                elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" \
-                        and event.value.holds_graph():
-                    yield Hit(event.where.node, (
-                        f"{event.container_name} keeps a graph-attached tensor from every forward, never freed; "
-                        "store .detach() or .item()"), Severity.ERROR,
-                        f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}")
-                elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
-                    kept = ("chains each step's graph onto the last: memory grows every step" if event.chained
-                            else "keeps this step's graph until the next")
-                    yield Hit(event.where.node, (
-                        f"global {event.name} {kept}; store .detach() or .item()"),
-                        Severity.ERROR if event.chained else Severity.WARNING,
-                        event.name)
+        for kept in graph_kept_by_module_forward(model):
+            if kept.where == SELF_ATTRIBUTE and kept.chained:
+                yield Hit(kept.node, (
+                    f"{kept.shown} chains each step's graph onto the last: memory grows every step; "
+                    "update it under torch.no_grad()"), Severity.ERROR, kept.holder)
+            elif kept.where == SELF_ATTRIBUTE:
+                yield Hit(kept.node, (
+                    f"{kept.shown} keeps this step's graph until the next; store .detach() or "
+                    ".item() unless backward needs it"), Severity.WARNING, kept.holder)
+            elif kept.where == GLOBAL:
+                what = ("chains each step's graph onto the last: memory grows every step" if kept.chained
+                        else "keeps this step's graph until the next")
+                yield Hit(kept.node, f"global {kept.shown} {what}; store .detach() or .item()",
+                          Severity.ERROR if kept.chained else Severity.WARNING, kept.holder)
+            else:
+                yield Hit(kept.node, (
+                    f"{kept.shown} keeps a graph-attached tensor from every forward, never freed; "
+                    "store .detach() or .item()"), Severity.ERROR, kept.holder)

@@ -2,17 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradlint import graph_store_precheck
-from gradlint.file_model import FileModel
-import libcst as cst
-
+from gradlint import prechecks
+from gradlint.analysis import FileModel, graph_kept_in_containers
 from gradlint.findings import Applicability, Severity
-from gradlint.flow import ContainerAdd
-from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
-from gradlint.trained_buffers import container_key
-from gradlint.rewrites import kept_value
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
-
 
 _VERBS = {"append": "appended to", "appendleft": "appended to", "extend": "added to", "+=": "added to",
           "insert": "inserted into", "setitem": "stored into", "setdefault": "stored into", "update": "stored into"}
@@ -621,70 +614,20 @@ def embed_batch(model, tokens):
     )
 
     def precheck(self, tree) -> bool:
-        return graph_store_precheck.may_store_across_steps(tree)
+        return prechecks.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        hits = list(self._hits(model))
-        # A helper's own line reported (it makes a graph itself) is not reported again at its calls.
-        own = {id(event.where.node) for event, _ in hits if event.through is None}
-        return (hit for event, hit in hits if event.origin is None or id(event.origin) not in own)
-
-    def _hits(self, model: FileModel) -> Iterator[tuple[ContainerAdd, Hit]]:
-        for walk in model.walks:
-            if walk.role.no_grad:
+        for keep in graph_kept_in_containers(model):
+            instead = keep.keep_instead
+            fix = None if instead is None else FixPlan(
+                f"Store .{instead.method}()", Applicability.UNSAFE, (Replace(instead.node, instead.text),))
+            by = f" by {keep.through}()" if keep.through else ""
+            if keep.overwrites:  # one slot, replaced every step: one step's graph, not all
+                yield Hit(keep.node, (
+                    f"a graph-attached tensor in {keep.container}{by} keeps its step's graph "
+                    "until overwritten; store .item() or .detach()"), Severity.WARNING, keep.holder, fix)
                 continue
-            for event in walk.of(ContainerAdd):
-                if event.where.no_grad or not event.value.holds_graph():
-                    continue
-                if event.scope == "self-attribute" and runs_in_forward(model, walk):
-                    continue  # GL102 reports a module keeping its own activations
-                if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
-                        and walk.made_afresh(*event.container_name.split("."), event):
-                    continue  # `self.outs = []` first in the method: it holds one call's values
-                why = outlives_step(event.scope, event.container_name, event.where)
-                if why is None:
-                    continue
-                local = walk.function if event.scope == "local" and isinstance(walk.function, cst.FunctionDef) else None
-                if event.container_name and container_key(event.container_name, local) in model.trained_buffers:
-                    continue  # an episode's log-probs, micro-batch losses: backward needs them, then they go
-                subject = holder_name(walk, event.container_name)
-                # The helper's own line takes whatever each caller gives: the fix is for a person.
-                fix = _keep_detached(model, walk, event) if event.through is None else None
-                by = f" by {event.through}()" if event.through else ""
-                if event.overwrites:  # one slot, replaced every step: one step's graph, not all
-                    yield event, Hit(event.where.node, (
-                        f"a graph-attached tensor in {event.container_name}{by} keeps its step's graph "
-                        "until overwritten; store .item() or .detach()"), Severity.WARNING, subject, fix)
-                    continue
-                verb = _VERBS.get(event.method, "added to")
-                yield event, Hit(event.where.node, (
-                    f"a graph-attached tensor {verb} {event.container_name}{by} keeps every step's graph; "
-                    "store .item() or .detach()"), subject=subject, fix=fix)
-
-
-def _keep_detached(model: FileModel, walk, event: ContainerAdd) -> FixPlan | None:
-    """Unsafe: the container then holds floats (`.item()`) or tensors without a graph (`.detach()`).
-    Offered only where that is still right code: the value is proven a tensor (one element for
-    `.item()`, and every later use takes a number), nothing in the file differentiates what the
-    container holds later, nor can code the file does not show (it is returned, passed on, the
-    caller's), and the store is not in a Module's forward (what it keeps may make the output)."""
-    node = event.where.node
-    if isinstance(node, cst.Call) and event.method in ("append", "appendleft", "insert") and node.args \
-            and node.args[-1].keyword is None and not node.args[-1].star:
-        value = node.args[-1].value
-    elif isinstance(node, cst.Assign) and event.method == "setitem":
-        value = node.value
-    else:
-        return None
-    if not event.value.proven_tensor or runs_in_forward(model, walk):
-        return None
-    use = later_use(model, walk, event.container_name, event.scope)
-    # A value backward already ran on (its graph freed) no working code differentiates again: only
-    # what needs a tensor later is unknown then, and `.detach()` keeps one.
-    if use.differentiated or (use.unknown and not event.value.consumed):
-        return None
-    kept = kept_value(value, event.value, use.floats_do)
-    if kept is None:
-        return None
-    text, method = kept
-    return FixPlan(f"Store .{method}()", Applicability.UNSAFE, (Replace(value, text),))
+            verb = _VERBS.get(keep.method, "added to")
+            yield Hit(keep.node, (
+                f"a graph-attached tensor {verb} {keep.container}{by} keeps every step's graph; "
+                "store .item() or .detach()"), subject=keep.holder, fix=fix)

@@ -3,17 +3,10 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-import libcst as cst
-
 from gradlint import prechecks
-from gradlint.call_sites import CallSite, in_training_step, is_true, keyword, method_name, step_loop
-from gradlint.file_model import FileModel
+from gradlint.analysis import FileModel, retained_last_backwards
 from gradlint.findings import Severity
-from gradlint.names import dotted
-from gradlint.prescan import descendants
 from gradlint.rule import Hit, Invalid, Rule
-
-_GRAD_CALLS = ("torch.autograd.backward", "torch.autograd.grad")
 
 
 class RetainGraphInLoop(Rule):
@@ -121,63 +114,16 @@ def train_step(model, batch, optimizer):
     )
 
     def precheck(self, tree) -> bool:
-        return prechecks.call_in_training_step(tree, _retains_by_keyword)
+        def retains_by_keyword(call: ast.Call) -> bool:
+            """Any call given `retain_graph=True`: the precheck does not resolve which function it is."""
+            return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
+                       for k in call.keywords)
+
+        return prechecks.call_in_training_step(tree, retains_by_keyword)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        sites = model.call_sites
-        for index, site in enumerate(sites):
-            if not self._retains(model, site.call) or not in_training_step(site, sites):
-                continue
-            # The rest of the step: later calls in the same training-loop body, or in the same function.
-            # Any later backward needs this one's retain_graph (a retaining one is judged itself).
-            step = step_loop(site, sites)
-            later = (s for s in sites[index + 1:] if s.function is site.function and (step is None or step in s.loops))
-            if any(self._backward(model, s.call) for s in later):
-                continue
-            yield Hit(site.call, (
+        for backward in retained_last_backwards(model):
+            yield Hit(backward.node, (
                 "retain_graph=True on the step's last backward keeps its graph into the next step; "
                 "detach the carried state instead"),
-                subject=_carried_state(site))
-
-    @staticmethod
-    def _backward(model: FileModel, call) -> bool:
-        if method_name(call) == "backward":
-            return True
-        return model.imports.qualify(call.func) in _GRAD_CALLS
-
-    def _retains(self, model: FileModel, call) -> bool:
-        return self._backward(model, call) and is_true(keyword(call, "retain_graph"))
-
-
-def _retains_by_keyword(call: ast.Call) -> bool:
-    """Any call given `retain_graph=True`: the precheck does not resolve which function it is."""
-    return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
-               for k in call.keywords)
-
-
-def _carried_state(site: CallSite) -> str:
-    """The state the step feeds to a call and takes back from it (`out, hidden = rnn(x, hidden)`),
-    named as the probe names its holder (`self.h` in class Trainer: `Trainer.h`); "" when none.
-    The probe measures that state's graph growing, and joins it to this finding through the name."""
-    scope = site.loop or site.function
-    if scope is None:
-        return ""
-    for node in descendants(scope):
-        if not (isinstance(node, cst.Assign) and isinstance(node.value, cst.Call)):
-            continue
-        fed = {dotted(arg.value) for arg in node.value.args} - {None}
-        for target in node.targets:
-            taken = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else (target.target,)
-            for element in taken:
-                name = dotted(element.value if isinstance(element, cst.Element) else element)
-                if name in fed:
-                    return _holder_name(name, site)
-    return ""
-
-
-def _holder_name(name: str, site: CallSite) -> str:
-    head, _, rest = name.partition(".")
-    params = site.function.params.params if site.function is not None else ()
-    if rest and site.owner_class is not None and params and params[0].name.value == head:
-        return f"{site.owner_class.name.value}.{rest}"
-    return name
+                subject=backward.carried_state)

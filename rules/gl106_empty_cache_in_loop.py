@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel
+from gradlint.analysis import FileModel, training_step_calls
 from gradlint.findings import Severity
 from gradlint.rule import Hit, Invalid, Rule
 
@@ -113,10 +113,8 @@ def train_step(batch):
         return prechecks.call_in_training_step(tree, lambda call: prechecks.last_name(call.func) in names)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        sites = model.call_sites
-        for site in sites:
-            if model.imports.qualify(site.call.func) != "torch.cuda.empty_cache" or not model.in_training_step(site) \
-                    or site.periodic:  # every so many steps (`if step % 100 == 0`): the cost is spread thin
+        for site in training_step_calls(model, "torch.cuda.empty_cache"):
+            if site.periodic:  # every so many steps (`if step % 100 == 0`): the cost is spread thin
                 continue
             yield Hit(site.call, (
                 "empty_cache() every step frees no live tensor and slows allocation; find the holder with "

@@ -3,10 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel, bindings_of
+from gradlint.analysis import FileModel, saved_output_views
 from gradlint.findings import Severity
-from gradlint.flow import MarkedNonDifferentiable, SavedForBackward, Walk
-from gradlint.rewrites import code
 from gradlint.rule import Hit, Invalid, Rule
 
 
@@ -14,15 +12,6 @@ def _short(text: str, limit: int = 24) -> str:
     """An expression as one line of a message: its whitespace collapsed, cut at `limit` characters."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _non_differentiable(walk: Walk) -> set[int]:
-    """Outputs passed to ctx.mark_non_differentiable: no grad_fn, so nothing to form a cycle with."""
-    found: set[int] = set()
-    for event in walk.of(MarkedNonDifferentiable):
-        for value in event.values:
-            found |= bindings_of(value)
-    return found
 
 
 class SavedOutputView(Rule):
@@ -118,14 +107,7 @@ class Gate(torch.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for function, walk in model.autograd_walks:
-            marked = _non_differentiable(walk)
-            for event in walk.of(SavedForBackward):
-                for expr, value in event.arguments:
-                    if not walk.is_view_of_output(value) or value.may_copy or value.int64 \
-                            or value.view_of & walk.output_bindings <= marked:
-                        continue
-                    yield Hit(event.where.node, (
-                        f"`{_short(code(expr).strip())}` views the output: leaked if backward never runs; "
-                        "save the whole output, slice it in backward"), subject=f"{function.name}.saved_tensors")
-                    break
+        for view in saved_output_views(model):
+            yield Hit(view.node, (
+                f"`{_short(view.argument)}` views the output: leaked if backward never runs; "
+                "save the whole output, slice it in backward"), subject=f"{view.function}.saved_tensors")

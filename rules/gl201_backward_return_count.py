@@ -2,134 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
 from gradlint import prechecks
-from gradlint.file_model import AutogradFunction, FileModel, has_return, leading_params, returns_in
+from gradlint.analysis import AutogradFunction, FileModel, backward_return_counts
 from gradlint.findings import Severity
-from gradlint.prescan import target_names
 from gradlint.rule import Hit, Invalid, Rule
-
-# Each returned value: True when it is the literal None, False otherwise.
-Counted = list[bool]
-
-
-def _count(expr: cst.BaseExpression | None, tuples: dict[str, Counted | None], singles: set[str]) -> Counted | None:
-    """The values a backward `return` gives, or None when they cannot be counted statically."""
-    if expr is None:
-        return [True]
-    if isinstance(expr, cst.Tuple):
-        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
-            return None
-        return [_is_none(e.value) for e in expr.elements]
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.Add):
-            left, right = _count(expr.left, tuples, singles), _count(expr.right, tuples, singles)
-            if left is None or right is None or not _is_tuple_like(expr.left, tuples) \
-                    or not _is_tuple_like(expr.right, tuples):
-                return None
-            return left + right
-        if isinstance(expr.operator, cst.Multiply):
-            for seq, times in ((expr.left, expr.right), (expr.right, expr.left)):
-                if isinstance(times, cst.Integer) and _is_tuple_like(seq, tuples):
-                    counted = _count(seq, tuples, singles)
-                    return None if counted is None else counted * int(times.value)
-            return [False] if not _is_tuple_like(expr.left, tuples) and not _is_tuple_like(expr.right, tuples) else None
-        return [False]  # arithmetic on gradients: one tensor
-    if isinstance(expr, cst.Name):
-        if expr.value == "None":
-            return [True]
-        if expr.value in tuples:
-            return tuples[expr.value]
-        return [False] if expr.value in singles else None
-    if isinstance(expr, cst.UnaryOperation):
-        return [False]
-    if isinstance(expr, cst.Subscript):
-        # One element of a tuple, or a slice of one gradient tensor, is one value.
-        single = len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-        base_single = isinstance(expr.value, cst.Name) and expr.value.value in singles
-        return [False] if single or base_single else None
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-            and isinstance(expr.func.value, cst.Name) and expr.func.value.value in singles:
-        return [False]  # grad_output.clone(), grad.neg()
-    return None
-
-
-def _is_none(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "None"
-
-
-def _is_tuple_like(expr: cst.BaseExpression, tuples: dict[str, Counted | None]) -> bool:
-    return isinstance(expr, cst.Tuple) or (isinstance(expr, cst.Name) and expr.value in tuples) or (
-        isinstance(expr, cst.BinaryOperation) and (_is_tuple_like(expr.left, tuples) or _is_tuple_like(expr.right, tuples)))
-
-
-def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[str]]:
-    """Names bound to tuple literals (countable once, uncountable if rebound differently) and
-    names that hold one tensor (the incoming gradients, arithmetic on them)."""
-    tuples: dict[str, Counted | None] = {}
-    singles = {p.name.value for p in backward.params.params[leading_params(backward) + 1:]}
-    assigned_other: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is backward
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                if not isinstance(target.target, cst.Name):
-                    for name in target_names(target.target):
-                        assigned_other.add(name)
-                    continue
-                name = target.target.value
-                if isinstance(node.value, cst.Tuple) or (
-                        isinstance(node.value, cst.BinaryOperation) and _is_tuple_like(node.value, tuples)):
-                    counted = _count(node.value, tuples, singles)
-                    if name in tuples and tuples[name] != counted:
-                        counted = None
-                    tuples[name] = counted
-                elif isinstance(node.value, (cst.BinaryOperation, cst.UnaryOperation)) or (
-                        isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute)):
-                    singles.add(name)
-                else:
-                    assigned_other.add(name)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            if isinstance(node.target, cst.Name) and node.target.value in tuples:
-                tuples[node.target.value] = None
-
-    backward.visit(Collect())
-    for name in assigned_other:
-        tuples.pop(name, None)
-        singles.discard(name)
-    return tuples, singles - set(tuples)
-
-
-def _positional_count(call: cst.Call) -> int | None:
-    """How many arguments a call passes; None when a `*args` makes it unknown."""
-    if any(a.star for a in call.args):
-        return None
-    return sum(1 for a in call.args if a.keyword is None)
-
-
-def _ends_plainly(statements) -> bool:
-    """Whether a body with no `return` surely reaches its end: its last statement is a plain one
-    (not a raise), and it is no placeholder (a docstring, `pass`, `...`: an abstract method)."""
-    if not statements or all(_placeholder(s) for s in statements):
-        return False
-    last = statements[-1]
-    if isinstance(last, cst.SimpleStatementLine):
-        return not any(isinstance(s, cst.Raise) for s in last.body)
-    if isinstance(last, (cst.If, cst.For)):
-        return True  # a raise inside may end some paths; the others still end with no return
-    return False
-
-
-def _placeholder(statement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(
-        isinstance(s, cst.Pass) or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.Ellipsis,
-                                                                                       cst.ConcatenatedString)))
-        for s in statement.body)
 
 
 class BackwardReturnCount(Rule):
@@ -332,30 +208,15 @@ gather.register_autograd(backward)
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for function in model.function_classes:
-            inputs = function.forward_inputs
-            if function.backward is None or inputs is None or not function.backward.params.params:
-                continue
-            total = len(inputs)
-            required = sum(1 for p in inputs if p.default is None)
-            # torch wants one gradient per argument apply was given: a defaulted input that a call
-            # in this file passes needs one too.
-            passed = [n for n in (_positional_count(call) for call in model.apply_calls(function.name)) if n is not None]
-            needed = min(total, max([required, *passed]))
-            tuples, singles = _locals(function.backward)
-            ends: list[tuple[cst.CSTNode, Counted | None]] = [
-                (statement, _count(statement.value, tuples, singles)) for statement in returns_in(function.backward)]
-            if not has_return(function.backward) and _ends_plainly(function.backward.body.body):
-                ends.append((function.backward.name, [True]))  # no `return`: backward returns one None
-            for statement, counted in ends:
-                if counted is None:
-                    continue
-                got = len(counted)
-                if got < needed:
-                    yield Hit(statement, self._fewer(function, got, total, needed, statement is function.backward.name),
+        for counts in backward_return_counts(model):
+            function, total = counts.function, counts.inputs
+            for end in counts.returns:
+                got = len(end.nones)
+                if got < counts.needed:
+                    yield Hit(end.node, self._fewer(function, got, total, counts.needed, end.falls_off),
                               subject=function.name)
-                elif got > total and not all(counted[total:]):
-                    yield Hit(statement, self._more(function, got, total, counted), subject=function.name)
+                elif got > total and not all(end.nones[total:]):
+                    yield Hit(end.node, self._more(function, got, total, end.nones), subject=function.name)
 
     def _fewer(self, function: AutogradFunction, got: int, total: int, needed: int, falls_off: bool) -> str:
         given = (f"forward takes {total} input{'s' if total != 1 else ''}" if needed == total
@@ -366,7 +227,7 @@ gather.register_autograd(backward)
         return (f"{returns} but {given} (torch: expected {expected}, got {counted}); "
                 "return a gradient or None per input")
 
-    def _more(self, function: AutogradFunction, got: int, total: int, counted: Counted) -> str:
+    def _more(self, function: AutogradFunction, got: int, total: int, counted: tuple[bool, ...]) -> str:
         position = next(i for i in range(total, got) if not counted[i]) + 1
         if function.style == "custom_op":
             # torch names the first extra one; it counts from 0 after its internal input, so its

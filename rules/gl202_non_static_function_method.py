@@ -2,15 +2,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
 from gradlint import prechecks
-from gradlint.file_model import FileModel
+from gradlint.analysis import FileModel, function_instantiations, methods_missing_staticmethod
 from gradlint.findings import Applicability, Severity
-from gradlint.names import dotted
 from gradlint.rule import FixPlan, Hit, InsertLineAbove, Invalid, Replace, Rule
 
-_STATIC_METHODS = ("forward", "backward", "setup_context", "jvp", "vmap")
 _LEGACY_ERROR = ("RuntimeError: Legacy autograd function with non-static forward method is deprecated. "
                  "Please use new-style autograd function with static forward method.")
 
@@ -127,35 +123,17 @@ class Clamp(torch.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for function in model.function_classes:
-            if not isinstance(function.node, cst.ClassDef):
-                continue
-            for statement in function.node.body.body:
-                if isinstance(statement, cst.FunctionDef) and statement.name.value in _STATIC_METHODS \
-                        and not any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in statement.decorators):
-                    yield Hit(statement.name, (
-                        f"{statement.name.value} has no @staticmethod: it works only through apply() "
-                        "and an instance raises; add @staticmethod"), Severity.WARNING, function.name,
-                        _add_staticmethod(function.node, statement))
-        instantiations = {}
-        for site in model.call_sites:
-            name = dotted(site.call.func)
-            if name in model.function_class_names and not site.call.args:
-                instantiations[site.call] = name
-        called = {site.call.func: site.call for site in model.call_sites if site.call.func in instantiations}
-        for call, name in instantiations.items():
-            outer = called.get(call)
-            fix = None if outer is None else FixPlan(
-                f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call, f"{name}.apply"),))
-            yield Hit(call, (
+        for method in methods_missing_staticmethod(model):
+            fix = FixPlan("Add @staticmethod", Applicability.SAFE,
+                          (InsertLineAbove(method.insert_above, "@staticmethod"),))
+            yield Hit(method.node, (
+                f"{method.method} has no @staticmethod: it works only through apply() "
+                "and an instance raises; add @staticmethod"), Severity.WARNING, method.function,
+                fix if method.safe_to_add else None)
+        for instance in function_instantiations(model):
+            name = instance.function
+            fix = FixPlan(f"Call {name}.apply(...)", Applicability.UNSAFE,
+                          (Replace(instance.node, f"{name}.apply"),))
+            yield Hit(instance.node, (
                 f"{name}() instantiates an autograd Function, and calling the instance raises; "
-                f"call {name}.apply(...)"), subject=name, fix=fix)
-
-
-def _add_staticmethod(owner: cst.ClassDef, method: cst.FunctionDef) -> FixPlan | None:
-    """Safe when the class keeps no state of its own: its methods then only ever see ctx."""
-    if any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__" for s in owner.body.body):
-        return None
-    # Outermost, so that @once_differentiable and the like still wrap the plain function.
-    above = method.decorators[0] if method.decorators else method
-    return FixPlan("Add @staticmethod", Applicability.SAFE, (InsertLineAbove(above, "@staticmethod"),))
+                f"call {name}.apply(...)"), subject=name, fix=fix if instance.called else None)

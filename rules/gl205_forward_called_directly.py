@@ -3,11 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel
-import libcst as cst
-
+from gradlint.analysis import FileModel, direct_forward_calls
 from gradlint.findings import Applicability, Severity
-from gradlint.rewrites import code
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
@@ -90,26 +87,11 @@ def run(x):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for site in model.call_sites:
-            name = model.function_class_call(site.call, "forward")
-            if name is None:
-                continue
-            if site.owner_class is not None and name in model.ancestors(site.owner_class.name.value):
-                continue  # inside the Function itself or a subclass: composing its own forward
-
-            yield Hit(site.call, (
-                f"{name}.forward(...) bypasses the custom backward; call {name}.apply(...)"),
-                subject=name, fix=_apply_instead(site.call, name))
-
-
-def _apply_instead(call: cst.Call, name: str) -> FixPlan | None:
-    """Unsafe: apply() returns what forward returns, but now with the custom backward attached, and
-    a forward that relied on its ctx argument (`ctx=None`) behaves differently."""
-    args = call.args
-    if not args or args[0].keyword is not None or args[0].star:
-        return None
-    rest = list(args[1:])
-    if rest:  # the last argument keeps or drops a trailing comma as written
-        rest[-1] = rest[-1].with_changes(comma=args[-1].comma)
-    new = call.with_changes(func=call.func.with_changes(attr=cst.Name("apply")), args=rest)
-    return FixPlan(f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call, code(new)),))
+        for call in direct_forward_calls(model):
+            name = call.function
+            # Unsafe: apply() returns what forward returns, but now with the custom backward attached,
+            # and a forward that relied on its ctx argument (`ctx=None`) behaves differently.
+            fix = None if call.apply_instead is None else FixPlan(
+                f"Call {name}.apply(...)", Applicability.UNSAFE, (Replace(call.node, call.apply_instead),))
+            yield Hit(call.node, f"{name}.forward(...) bypasses the custom backward; call {name}.apply(...)",
+                      subject=name, fix=fix)

@@ -3,17 +3,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.file_model import FileModel
+from gradlint.analysis import FileModel, int64_index_saves
 from gradlint.findings import Severity
-from gradlint.flow import AttributeStore, SavedForBackward
 from gradlint.rule import Hit, Invalid, Rule
-from gradlint.values import Kind, Val
-
-
-def _is_int64(value: Val) -> bool:
-    return (value.is_tensor and value.int64) or (
-        value.kind is Kind.CONTAINER and any(_is_int64(m) for m in value.members()))
-
 
 # The message; the measured why (bytes, the int32 kernel's speed) is _WHY, in the doc.
 _MESSAGE = "an int64 index: twice int32's memory until backward; use int32 if the backward kernel takes it"
@@ -116,11 +108,9 @@ class Knn(th.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
-        for function, walk in model.autograd_walks:
-            for event in walk.events:
-                if isinstance(event, SavedForBackward):
-                    if any(_is_int64(value) for _, value in event.arguments):
-                        yield Hit(event.where.node, f"save_for_backward gets {_MESSAGE}", subject=function.name)
-                elif isinstance(event, AttributeStore) and event.owner.kind is Kind.CTX and _is_int64(event.value):
-                    yield Hit(event.node, f"{event.owner_name}.{event.attribute} holds {_MESSAGE}",
-                              subject=f"{function.name}.ctx.{event.attribute}")
+        for save in int64_index_saves(model):
+            if save.ctx_attribute is None:
+                yield Hit(save.node, f"save_for_backward gets {_MESSAGE}", subject=save.function)
+            else:
+                yield Hit(save.node, f"{save.shown} holds {_MESSAGE}",
+                          subject=f"{save.function}.ctx.{save.ctx_attribute}")

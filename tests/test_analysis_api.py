@@ -32,22 +32,7 @@ GRADLINT_DIR = Path(__file__).resolve().parent.parent / "gradlint"
 
 # Rules not yet switched to the questions, by file stem; the lead empties this list. A rule that
 # no longer walks syntax fails test_pending_rules_still_walk_syntax until it is taken off.
-PENDING = frozenset({
-    "gl101_ctx_tensor_attribute",
-    "gl102_self_tensor_attribute",
-    "gl103_graph_append",
-    "gl104_graph_accumulate",
-    "gl105_retain_graph_in_loop",
-    "gl106_empty_cache_in_loop",
-    "gl107_saved_output_view",
-    "gl201_backward_return_count",
-    "gl202_non_static_function_method",
-    "gl203_save_for_backward_twice",
-    "gl205_forward_called_directly",
-    "gl206_tensors_in_list_to_apply",
-    "gl301_int64_index_saved",
-    "gl303_needs_input_grad_unchecked",
-})
+PENDING: frozenset[str] = frozenset()
 
 _WALKER_CALLS = frozenset({"child_nodes", "descendants", "blocks_of", "returns_in", "target_names",
                            "assigned_paths", "visit", "walk", "children"})
@@ -371,3 +356,219 @@ def test_tensor_data_uses_tell_copies_and_metadata_from_aliases():
         ("backward", "read", "g.data", False, "g.data = g.data * 0.5"),
     ]
     assert {u.function for u in uses} == {"Clip"}
+
+
+def test_what_a_function_saves_and_keeps_on_ctx():
+    model = _model("""
+        import torch
+        class Pick(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, weight):
+                order = x.argsort(dim=0)
+                out = x.exp()
+                ctx.save_for_backward(x)
+                if weight is not None:
+                    ctx.save_for_backward(x, weight)
+                else:
+                    ctx.save_for_backward(x)
+                ctx.order = order
+                ctx.save_for_backward(order, out[:, :2])
+                ctx.out = out
+                return out
+            @staticmethod
+            def backward(ctx, g):
+                x, order, half = ctx.saved_tensors
+                return g * ctx.out, None
+    """)
+    # Both branches of the `if` repeat the first save; the last call repeats them all.
+    assert [_code(model, s.node) for s in analysis.repeated_saves(model)] == [
+        "ctx.save_for_backward(x, weight)", "ctx.save_for_backward(x)", "ctx.save_for_backward(order, out[:, :2])"]
+    assert [(_code(model, s.node), s.ctx_attribute, s.shown) for s in analysis.int64_index_saves(model)] == [
+        ("ctx.order", "order", "ctx.order"), ("ctx.save_for_backward(order, out[:, :2])", None, "")]
+    assert [(s.function, s.argument) for s in analysis.saved_output_views(model)] == [("Pick", "out[:, :2]")]
+    stores = analysis.tensors_kept_on_ctx(model)
+    assert [(_code(model, s.node), s.kind, s.several_outputs, s.save_call) for s in stores] == [
+        ("ctx.order", analysis.TENSOR, False, "ctx.save_for_backward(order)"),
+        ("ctx.out", analysis.OUTPUT, False, "ctx.save_for_backward(out)"),
+    ]
+    # Four save_for_backward calls already: no single call to join, so no rewrite is offered.
+    assert [s.save_instead for s in stores] == [None, None]
+
+
+def test_tensors_kept_on_ctx_come_with_the_save_for_backward_rewrite():
+    model = _model("""
+        import torch
+        class Exp(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = x.exp()
+                ctx.out = out
+                return out
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * ctx.out
+    """)
+    [store] = analysis.tensors_kept_on_ctx(model)
+    assert (store.function, store.ctx, store.attribute, store.kind) == ("Exp", "ctx", "out", analysis.OUTPUT)
+    assert [(type(c).__name__, _code(model, c.node), c.text) for c in store.save_instead] == [
+        ("Replace", "ctx.out", "out"),
+        ("Replace", "ctx.out = out", "ctx.save_for_backward(out)"),
+        ("InsertLineAbove", "return grad * ctx.out", "out, = ctx.saved_tensors"),
+    ]
+
+
+def test_calls_of_a_training_step():
+    model = _model("""
+        import torch
+        class Trainer:
+            def fit(self, loader, opt):
+                for step, (x, y) in enumerate(loader):
+                    out, self.h = self.rnn(x, self.h)
+                    loss = (out - y).pow(2).mean()
+                    loss.backward(retain_graph=True)
+                    opt.step()
+                    torch.cuda.empty_cache()
+                    if step % 100 == 0:
+                        torch.cuda.empty_cache()
+        def warm(model, x):
+            torch.cuda.empty_cache()
+            return model(x)
+    """)
+    # `warm` steps no optimizer and runs no training loop: its call is not in a step.
+    assert [s.periodic for s in analysis.training_step_calls(model, "torch.cuda.empty_cache")] == [False, True]
+    assert [(_code(model, b.node), b.carried_state) for b in analysis.retained_last_backwards(model)] == [
+        ("loss.backward(retain_graph=True)", "Trainer.h")]
+
+
+def test_how_functions_are_declared_and_called():
+    model = _model("""
+        import torch
+        class Double(torch.autograd.Function):
+            def forward(ctx, x):
+                return x * 2
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+        class Stateful(torch.autograd.Function):
+            def __init__(self):
+                self.k = 2
+            @once_differentiable
+            def forward(ctx, x):
+                return x
+        def run(x):
+            a = Double.forward(None, x)
+            b = Double.forward(ctx=None, x=x)
+            c = Double()(x)
+            d = Double()
+            return a + b + c
+    """)
+    assert [(m.function, m.method, _code(model, m.insert_above).splitlines()[0], m.safe_to_add)
+            for m in analysis.methods_missing_staticmethod(model)] == [
+        ("Double", "forward", "def forward(ctx, x):", True),
+        ("Stateful", "forward", "@once_differentiable", False),
+    ]
+    assert [(c.function, c.apply_instead) for c in analysis.direct_forward_calls(model)] == [
+        ("Double", "Double.apply(x)"), ("Double", None)]
+    assert [(_code(model, i.node), i.called) for i in analysis.function_instantiations(model)] == [
+        ("Double()", True), ("Double()", False)]
+
+
+def test_containers_passed_to_apply_hold_tensors_not_indices():
+    model = _model("""
+        import torch
+        class Cat(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, xs):
+                return torch.cat(xs)
+            @staticmethod
+            def backward(ctx, g):
+                return None
+        def run(a, b, idx, mask):
+            pair = [a, b]
+            y = Cat.apply(pair)
+            z = Cat.apply((idx, mask))
+            return Cat.apply((a, b)) + y + z
+    """)
+    assert [_code(model, c.node) for c in analysis.containers_passed_to_apply(model)] == [
+        "Cat.apply(pair)", "Cat.apply((a, b))"]
+
+
+def test_what_backward_returns_against_what_torch_expects():
+    model = _model("""
+        import torch
+        class Affine(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w, b, scale=1.0):
+                ctx.save_for_backward(x, w)
+                return x @ w + b
+            @staticmethod
+            def backward(ctx, g):
+                x, w = ctx.saved_tensors
+                if g.dtype == torch.float16:
+                    return g @ w.t(), x.t() @ g
+                return g @ w.t(), x.t() @ g, g.sum(0), None
+        def run(x, w, b):
+            return Affine.apply(x, w, b)
+    """)
+    [counts] = analysis.backward_return_counts(model)
+    assert (counts.function.name, counts.inputs, counts.needed) == ("Affine", 4, 3)
+    assert [(r.nones, r.falls_off) for r in counts.returns] == [
+        ((False, False), False), ((False, False, False, True), False)]
+    [unchecked] = analysis.unchecked_backwards(model)
+    assert (unchecked.function, unchecked.computed) == ("Affine", 3)
+
+
+def test_graphs_a_module_forward_keeps():
+    model = _model("""
+        import torch
+        import torch.nn as nn
+        LAST = None
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 4)
+                self.history = []
+            def forward(self, x):
+                global LAST
+                h = self.lin(x)
+                self.h = h
+                self.total = self.total + h.sum()
+                self.history.append(h)
+                LAST = h
+                with torch.no_grad():
+                    self.mean = h.mean()
+                return h
+    """)
+    assert [(k.where, k.shown, k.holder, k.chained) for k in analysis.graph_kept_by_module_forward(model)] == [
+        (analysis.SELF_ATTRIBUTE, "self.h", "Encoder.h", False),
+        (analysis.SELF_ATTRIBUTE, "self.total", "Encoder.total", True),
+        (analysis.SELF_CONTAINER, "self.history", "Encoder.history", True),
+        (analysis.GLOBAL, "LAST", "LAST", False),
+    ]
+
+
+def test_graphs_a_training_loop_keeps_past_the_step():
+    model = _model("""
+        import torch
+        def train(model, loader, opt):
+            losses = []
+            total = 0.0
+            window = 0.0
+            for i, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss)
+                total += loss
+                window = window + loss
+                if i % 10 == 0:
+                    window = 0.0
+            return sum(l.item() for l in losses)
+    """)
+    [kept] = analysis.graph_kept_in_containers(model)
+    assert (_code(model, kept.node), kept.holder, kept.method, kept.through, kept.overwrites) == (
+        "losses.append(loss)", "losses", "append", None, False)
+    assert (_code(model, kept.keep_instead.node), kept.keep_instead.text) == ("loss", "loss.detach()")
+    assert [(t.name, None if t.reset is None else _code(model, t.reset), t.add_instead.text)
+            for t in analysis.graph_chained_totals(model)] == [
+        ("total", None, "loss.item()"), ("window", "window = 0.0", "loss.item()")]

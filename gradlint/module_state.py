@@ -1,0 +1,58 @@
+"""What an nn.Module's forward keeps past the step: graph-attached tensors on self or in globals.
+
+One question, `graph_kept_by_module_forward(model)`: each store, made with grad enabled by a
+Module's forward (or a method forward calls), of a graph-attached tensor onto `self`, into a
+container on `self`, or into a global, with whether each step's graph chains onto the last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradlint.file_model import FileModel
+from gradlint.flow import AttributeStore, ContainerAdd, NameStore
+
+SELF_ATTRIBUTE = "self attribute"  # self.h = out
+SELF_CONTAINER = "self container"  # self.history.append(out)
+GLOBAL = "global"  # global LAST; LAST = out
+
+
+@dataclass(frozen=True)
+class KeptGraph:
+    """A graph-attached tensor a Module's forward keeps where the next step still sees it."""
+
+    node: cst.CSTNode  # the store (the target, for an attribute store)
+    where: str  # SELF_ATTRIBUTE, SELF_CONTAINER or GLOBAL
+    shown: str  # the holder as written: `self.h`, `self.history`, `LAST`
+    holder: str  # the holder as the runtime probe names it: `Encoder.h`, `Encoder.history`, `LAST`
+    # Each step's graph chains onto the last (`self.h = self.h + x`, `self.h += x`): memory grows
+    # every step. Always true for a container add.
+    chained: bool
+
+
+def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
+    """Walk by walk (Module forwards and the methods they run), in event order; stores under
+    torch.no_grad() and walks of a no_grad method are left out."""
+    found = []
+    for walk in model.walks:
+        role = walk.role
+        if role.no_grad or not (role.kind == "module_forward" or (
+                role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
+                and model.runs_in_forward(walk.function))):
+            continue
+        for event in walk.events:
+            if getattr(event, "where", None) is None or event.where.no_grad:
+                continue
+            if isinstance(event, AttributeStore) and event.owner_name == role.self_name \
+                    and event.value.holds_graph():
+                target = f"{role.self_name}.{event.attribute}"
+                found.append(KeptGraph(event.node, SELF_ATTRIBUTE, target, f"{role.owner_class}.{event.attribute}",
+                                       event.augmented or target in event.value.reads))
+            elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" and event.value.holds_graph():
+                found.append(KeptGraph(event.where.node, SELF_CONTAINER, event.container_name,
+                                       f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}", True))
+            elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
+                found.append(KeptGraph(event.where.node, GLOBAL, event.name, event.name, event.chained))
+    return found
