@@ -76,7 +76,8 @@ def looks_like_scalar(name: str) -> bool:
 
 def looks_like_module(name: str) -> bool:
     last = name.split(".")[-1]
-    return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last)
+    # A private factory is a factory too: `_build_model()` makes a module, it is not one.
+    return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last.lstrip("_"))
 
 
 @dataclass(frozen=True)
