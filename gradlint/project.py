@@ -4,14 +4,15 @@ graph-attached tensor?).
 
 Real training code splits one step over several files (the loss in `losses.py`, the model in
 `models/`, a trainer base class), so a name imported from the project must carry the same facts
-as one defined in the file. Each answer comes from the same analysis (`FileModel`) run on the
-module that defines the name, on demand: nothing is parsed unless a checked file asks about it.
-What a module cannot tell (a missing file, a syntax error, an import cycle, a name it does not
-define) is unknown, never a guess and never a crash.
+as one defined in the file. A module's top-level names are read from CPython's tree (syntax only:
+which names are defs, classes, imports); what a class is, or what a def returns, comes from the
+same analysis (`FileModel`) run on that statement of the defining module, on demand: nothing is
+parsed unless a checked file asks about it. What a module cannot tell (a missing file, a syntax
+error, an import cycle, a name it does not define) is unknown, never a guess and never a crash.
 
-Every module consulted is recorded with the digest of its text (`consulted`): a cached result of
-the checked file is valid only while each of them is unchanged, which is how a change to
-`losses.py` re-checks the trainer that imports it and nothing else.
+Every module consulted is recorded with the digest of its bytes (`consulted`), transitively: a
+cached result of the checked file is valid only while each of them is unchanged, which is how a
+change to `losses.py` re-checks the trainer that imports it and nothing else.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Callable, Protocol
 import libcst as cst
 
 from gradlint.names import ImportTable
-from gradlint.torch_api import FUNCTION_BASES, is_module_base
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes
+from gradlint.torch_api import FUNCTION_BASES, is_module_base
 
 
 class ModuleModel(Protocol):
@@ -41,6 +42,7 @@ class ModuleModel(Protocol):
     module_names: set[str]
     function_class_names: set[str]
     module_class_names: set[str]
+
 
 # Re-exports through `__init__` files and aliases chain; a longer chain than this is a cycle or
 # something stranger, and stays unknown.
