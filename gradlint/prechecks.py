@@ -261,11 +261,3 @@ def _renames(tree: ast.Module) -> dict[str, set[str]]:
                 if alias.asname:
                     found.setdefault(alias.name.rsplit(".", 1)[-1], set()).add(alias.asname)
     return found
-
-
-def may_store_across_steps(tree: ast.Module) -> bool:
-    """GL103's and GL104's gate (gradlint/graph_store_precheck.py), asked through this module
-    like every other precheck."""
-    from gradlint.graph_store_precheck import may_store_across_steps as gate  # it imports this module
-
-    return gate(tree)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradlint import prechecks
+from gradlint import graph_store_precheck
 from gradlint.analysis import FileModel, graph_kept_in_containers
 from gradlint.findings import Applicability, Severity
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
@@ -614,7 +614,7 @@ def embed_batch(model, tokens):
     )
 
     def precheck(self, tree) -> bool:
-        return prechecks.may_store_across_steps(tree)
+        return graph_store_precheck.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for keep in graph_kept_in_containers(model):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradlint import prechecks
+from gradlint import graph_store_precheck
 from gradlint.analysis import FileModel, graph_chained_totals
 from gradlint.findings import Applicability, Severity
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
@@ -361,7 +361,7 @@ def train(lstm, optimizer, loader, h, c):
     )
 
     def precheck(self, tree) -> bool:
-        return prechecks.may_store_across_steps(tree)
+        return graph_store_precheck.may_store_across_steps(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for total in graph_chained_totals(model):

@@ -12,7 +12,8 @@ What "walks syntax" means here, checked on each rules/*.py with CPython's `ast` 
   `d.values()` are method calls, not children);
 - it defines a function that calls itself (recursion over nodes);
 - it imports from gradlint anything but the questions (`gradlint.analysis`), the rule and finding
-  types (`gradlint.rule`, `gradlint.findings`) and `gradlint.prechecks` for its precheck.
+  types (`gradlint.rule`, `gradlint.findings`) and `gradlint.prechecks` or `gradlint.graph_store_precheck`
+  (GL103/GL104's gate) for its precheck.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _CHILD_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "args", "p
                            "keywords", "slice", "names", "values", "comparisons", "for_in"})
 _VISITOR_BASES = ("Visitor", "Transformer")
 _ALLOWED_GRADLINT_IMPORTS = frozenset({"gradlint.analysis", "gradlint.rule", "gradlint.findings",
-                                       "gradlint.prechecks"})
+                                       "gradlint.prechecks", "gradlint.graph_store_precheck"})
 
 
 def _last_name(expr: ast.expr) -> str:

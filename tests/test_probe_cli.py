@@ -299,4 +299,5 @@ def test_the_default_gc_interval_is_adjusted_without_a_note():
     pytest.importorskip("torch")
     result = run(f"{STEPS}:clean_step", "--steps", "40", "--track-every", "1", "--quiet")
     assert result.exit_code == 0 and "gc every 7)" in result.output
-    assert "note:" not in result.output
+    # Other notes may appear (a thread the test runner started before the probe); not this one.
+    assert "note: gc every" not in result.output
