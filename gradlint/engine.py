@@ -414,7 +414,11 @@ def _lint_in_worker(job: tuple[str, frozenset[str]]) -> FileResult:
         ruleset = _worker_rulesets[ignored] = _worker_base.without(ignored)
     _worker_count += 1
     if _worker_count % 32 == 0:
-        gc.collect()
+        # Between files every cycle a lint made is garbage. The youngest generation holds what
+        # was made since the last collection; the project index's long-lived summaries were
+        # promoted out of it, so each collection costs the files since then, not the whole heap
+        # (a full gc.collect() here took 11.4 of 35.7 s on torch's sources, one core, measured).
+        gc.collect(0)
     return lint_file(path, ruleset, _worker_max_bytes, _worker_fix, _worker_cache)
 
 
