@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.file_model import FileModel, blocks_of
-from gradlint.flow import AttributeStore, NameStore, may_leave_the_iteration
+from gradlint.flow import AttributeStore, KeptElsewhere, NameStore, may_leave_the_iteration
 from gradlint.graph_containers import KeptInstead
 from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.prescan import descendants
@@ -40,6 +40,10 @@ class ChainedTotal:
     # `v` a proven tensor, nothing differentiating the total later, nor unseen code (returned,
     # passed on, the caller's), and not in a Module's forward.
     add_instead: KeptInstead | None
+    # Made inside another project module's def or method this call runs (`meter.update(loss)`):
+    # the call as written, and where that def is (`pkg/utils/meters.py:8`).
+    through: str | None = None
+    at: str | None = None
 
 
 def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
@@ -52,7 +56,11 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
         # losses for one backward): that backward frees it, and a second one would raise.
         backward_roots = model.prescan(walk.function).backward_roots
         for event in walk.events:
-            if isinstance(event, NameStore) and event.chained and not event.where.no_grad \
+            if isinstance(event, KeptElsewhere):
+                total = _chained_elsewhere(walk, event)
+                if total is not None:
+                    found.append(total)
+            elif isinstance(event, NameStore) and event.chained and not event.where.no_grad \
                     and event.value.holds_graph() and event.name not in backward_roots \
                     and not _trained_buffer(model, walk, event) \
                     and not (any(loop.is_rollout for loop in event.where.loops) and _trained(model, walk, event.name)):
@@ -91,6 +99,32 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
                 instead = _add_detached(model, walk, event, name, scope)
                 found.append(ChainedTotal(event.node, name, "an attribute", holder_name(walk, name), reset, instead))
     return found
+
+
+def _chained_elsewhere(walk, event: KeptElsewhere) -> ChainedTotal | None:
+    """A total another module's method or def chains for this call: on the receiver's attribute
+    (`self.sum += value` in the meter's update: `meter.sum`), or on that module's global."""
+    stored = event.stored
+    if event.where.no_grad or not stored.value.holds_graph():
+        return None
+    if isinstance(stored, AttributeStore):
+        if not (stored.augmented or f"{stored.owner_name}.{stored.attribute}" in stored.value.reads):
+            return None
+        head, _, rest = stored.owner_name.partition(".")
+        if event.receiver is not None and head == event.self_name:
+            name = ".".join(p for p in (event.receiver, rest, stored.attribute) if p)
+            # The receiver's own attribute lives as long as the receiver: one made afresh on
+            # every step (`meter = Meter()` inside the loop) holds one step's graph.
+            why = outlives_step(event.receiver_scope or "local", event.receiver.split(".")[0], event.where)
+        else:
+            name, why = f"{stored.owner_name}.{stored.attribute}", "an attribute"
+    elif isinstance(stored, NameStore) and stored.chained and stored.scope in ("global", "closure"):
+        name, why = stored.name, outlives_step(stored.scope, stored.name, event.where)
+    else:
+        return None
+    if why is None:
+        return None
+    return ChainedTotal(event.where.node, name, why, holder_name(walk, name), None, None, event.callee, event.at)
 
 
 def _trained(model: FileModel, walk, name: str) -> bool:

@@ -112,7 +112,7 @@ class FileModel:
         self._prescans: dict[int, Prescan] = {}
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
         self._graph_attributes: set[tuple[str, str]] | None = None
-        self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...]]] = {}
+        self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...], tuple[Walk, ...]]] = {}
         self._call_walks: list[Walk] = []  # see call_result
         self._generators: dict[int, bool] = {}
         self._detaching: dict[int, bool] = {}
@@ -213,15 +213,19 @@ class FileModel:
             return None
         return self.project.class_facts(qualified)
 
-    def imported_call(self, qualified: str, args: list[tuple[cst.Arg, Val]]) -> Val | None:
+    def imported_call(self, qualified: str, args: list[tuple[cst.Arg, Val]],
+                      kept: list | None = None) -> Val | None:
         """What calling a class or def of another project module gives: an instance of its
-        nn.Module, or the def's body walked there with these arguments (`compute_loss(out, y)`
-        from losses.py returns the model's output). None: not the project's, or unknown."""
+        nn.Module or of its plain class, or the def's body walked there with these arguments
+        (`compute_loss(out, y)` from losses.py returns the model's output). None: not the
+        project's, or unknown. `kept` gets what the def keeps past the call (call_result's)."""
         if self.project is None:
             return None
         if qualified.rpartition(".")[2][:1].isupper():  # a class, as Python names them
             facts = self.project.class_facts(qualified)
-            return Val(Kind.MODULE) if facts is not None and facts.kind == "module" else None
+            if facts is None or facts.kind == "function":
+                return None
+            return Val(Kind.MODULE) if facts.kind == "module" else Val(project_class=qualified)
         # A def given no tensor and no module makes one only from globals of its own: rare, and
         # following every call into other modules reads much of the project (torch's own sources:
         # 2,021 modules read for its 2,285 files, 4.6x the CPU time; with this gate, see the note).
@@ -232,16 +236,34 @@ class FileModel:
         if found is None:
             return None
         model, function, module = found
+        result = self._walk_imported(model, function, None, module, args, None, kept)
+        if result.kind is Kind.UNKNOWN and not result.holds_graph():
+            return Val(Kind.TENSOR) if model.detaches(function) else None
+        return result
+
+    def imported_method(self, qualified_class: str, method: str, args: list[tuple[cst.Arg, Val]],
+                        kept: list | None = None) -> Val | None:
+        """`meter.update(loss)` on an instance of a plain class of another project module: the
+        method walked in that module, on an instance of its class, with these arguments."""
+        if self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH or not any(
+                value.kind in (Kind.TENSOR, Kind.MODULE) or value.holds_graph() for _, value in args):
+            return None
+        found = self.project.method(qualified_class, method)
+        if found is None:
+            return None
+        model, function, owner, module = found
+        receiver = Val(module_class=owner.node.name.value)  # the class, as its own module names it
+        return self._walk_imported(model, function, owner, module, args, receiver, kept)
+
+    def _walk_imported(self, model, function, owner, module, args, receiver, kept) -> Val:
         # Its classes are not this file's: a value that names one would be looked up here.
         given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
         self.project.calls_under_way += 1
         try:
             with self.project.asking(module):
-                result = model.call_result(function, None, None, given, None, None)  # type: ignore[arg-type]
+                result = model.call_result(function, owner, None, given, receiver, None, kept=kept)
         finally:
             self.project.calls_under_way -= 1
-        if result.kind is Kind.UNKNOWN and not result.holds_graph():
-            return Val(Kind.TENSOR) if model.detaches(function) else None
         return result.with_(module_class=None) if result.module_class else result
 
     def compiled(self, name: str) -> cst.FunctionDef | None:
@@ -903,13 +925,15 @@ class FileModel:
 
     def call_result(self, function: cst.FunctionDef, owner: _ClassInfo | None, call: cst.Call,
                     args: list[tuple[cst.Arg, Val]], receiver: Val | None, receiver_name: str | None,
-                    keep: Callable[[cst.BaseExpression, ContainerAdd], None] | None = None) -> Val:
+                    keep: Callable[[cst.BaseExpression, ContainerAdd], None] | None = None,
+                    kept: list | None = None) -> Val:
         """What a call of one of this file's functions (or of a method, on `receiver`) gives: its
         body walked with the call's arguments bound, the returned values merged. Of its events,
         what it keeps on an attribute or a global for graph-attached arguments is kept as a walk
         of its own (reported at the helper's line); what it adds to a container the caller passed
         goes to `keep` with the caller's expression for it (the caller's list may outlive the
-        step or not); the rest belong to the caller."""
+        step or not); the rest belong to the caller. `kept` gets the stores that outlive the call
+        (another module's caller reports them at its call: this file's walks are not its own)."""
         if function.asynchronous is not None or self._is_generator(function):
             return UNKNOWN
         if id(function) in self._calls_under_way or len(self._calls_under_way) >= self.MAX_CALL_DEPTH:
@@ -942,7 +966,7 @@ class FileModel:
         whole, at_depth = (id(function), None, shape), (id(function), len(self._calls_under_way), shape)
         cached = self._call_results.get(whole) or self._call_results.get(at_depth)
         if cached is not None:
-            result, param_adds = cached
+            result, param_adds, outliving = cached
         else:
             self._calls_under_way.append(id(function))
             self._cut.append(False)
@@ -958,7 +982,7 @@ class FileModel:
                         if not (isinstance(e.where.node, cst.Return) and _returns_none(e.where.node))]
             result = _returned(returned)
             param_adds = tuple(e for e in walk.of(ContainerAdd) if e.scope == "param" and e.value.holds_graph())
-            self._call_results[at_depth if cut else whole] = (result, param_adds)
+            outliving: tuple = ()
             if self.prescan(function).stores and any(v.holds_graph() for v in given.values()):
                 # What it keeps where the call outlives (its self, a global) is kept for the caller's
                 # values: `meter.update(loss)` chaining `self.total = self.total + loss`.
@@ -966,6 +990,10 @@ class FileModel:
                 if walk.events:
                     walk.for_caller = True
                     self._call_walks.append(walk)
+                    outliving = (walk,)
+            self._call_results[at_depth if cut else whole] = (result, param_adds, outliving)
+        if kept is not None:
+            kept.extend(outliving)
         self_name = role.self_name if receiver is not None else None
         if result.kind is Kind.UNKNOWN and result.module_class is None and function.returns is not None:
             result = self.declared_value(function.returns.annotation, result)  # `-> Sparse24Tensor`

@@ -147,6 +147,21 @@ class ContainerAdd:
 
 
 @dataclass(frozen=True)
+class KeptElsewhere:
+    """A call of another project module's def or method that keeps what it is given where the
+    call outlives it (`meter.update(loss)`, with `self.sum += value` in utils/meters.py): reported
+    here, at the call, since the store's own line is in a file whose walks are not this one's."""
+
+    where: Where  # the call, in this file
+    callee: str  # `meter.update`, `remember`: the call as written
+    receiver: str | None  # `meter`: what it is called on, when a method
+    receiver_scope: str | None  # where the receiver lives (flow's scope_of), for a method
+    self_name: str | None  # the method's own name for its self, as the store names it
+    stored: "AttributeStore | ContainerAdd | NameStore"  # the store, in the other module's tree
+    at: str | None  # `pkg/utils/meters.py:8`: the method or def, for the message
+
+
+@dataclass(frozen=True)
 class SavedForBackward:
     where: Where
     arguments: tuple[tuple[cst.BaseExpression, Val], ...]
@@ -1093,7 +1108,9 @@ class Walker:
                 return UNKNOWN
             if name in self.model.plain_class_names:  # `meter = Meter()` in the training function
                 return Val(module_class=name)
-            imported = self.model.imported_call(name, args)
+            kept = []
+            imported = self.model.imported_call(name, args, kept)
+            self._kept_elsewhere(e, kept, None, lambda: self.model.project.where_defined(name))
             if imported is not None:
                 return imported
 
@@ -1109,6 +1126,16 @@ class Walker:
                                                               one_element=callee.one_element)
         return UNKNOWN
 
+    def _kept_elsewhere(self, call: cst.Call, walks: list, receiver: str | None, at) -> None:
+        """What another module's def or method kept past the call, as events of this walk."""
+        if not walks:
+            return
+        where, callee, line = self._where(call), dotted(call.func) or "?", at()
+        scope = self.scope_of(receiver.split(".")[0]) if receiver else None
+        for walk in walks:
+            for stored in walk.events:
+                self.walk.events.append(KeptElsewhere(where, callee, receiver, scope, walk.role.self_name, stored, line))
+
     def _class_helper(self, func: cst.Attribute) -> cst.FunctionDef | None:
         """`Base._setup` for a class of this file and a staticmethod of it."""
         if not isinstance(func.value, cst.Name) or self.role.ctx_name is None:
@@ -1122,6 +1149,12 @@ class Walker:
         """`self.compute_loss(batch)`, `model.encode(x)`: a method of a class of this file, called
         on an instance of it (its own self, or a module instance known by class)."""
         receiver_name = dotted(func.value)
+        if receiver.project_class is not None:
+            kept: list = []
+            result = self.model.imported_method(receiver.project_class, func.attr.value, args, kept)
+            self._kept_elsewhere(e, kept, receiver_name,
+                                 lambda: self.model.project.method_line(receiver.project_class, func.attr.value))
+            return result
         if receiver.module_class is not None:
             owner = receiver.module_class
         elif receiver_name is not None and receiver_name == self.role.self_name and self.role.owner_class:

@@ -16,7 +16,7 @@ from typing import Iterator
 import libcst as cst
 
 from gradlint.file_model import FileModel
-from gradlint.flow import ContainerAdd
+from gradlint.flow import ContainerAdd, KeptElsewhere
 from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.rewrites import kept_value
 from gradlint.trained_buffers import container_key
@@ -45,6 +45,7 @@ class ContainerKeep:
     # proven tensor, nothing differentiates what the container holds later, nor can unseen code
     # (returned, passed on, the caller's), and the store is not in a Module's forward.
     keep_instead: KeptInstead | None
+    at: str | None = None  # the def or method of another project module that stores it, for `through`
 
 
 def graph_kept_in_containers(model: FileModel) -> list[ContainerKeep]:
@@ -58,6 +59,10 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
     for walk in model.walks:
         if walk.role.no_grad:
             continue
+        for elsewhere in walk.of(KeptElsewhere):
+            keep = _kept_elsewhere(walk, elsewhere)
+            if keep is not None:
+                yield elsewhere.stored, keep
         for event in walk.of(ContainerAdd):
             if event.where.no_grad or not event.value.holds_graph():
                 continue
@@ -77,6 +82,25 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
             yield event, ContainerKeep(event.where.node, event.container_name,
                                        holder_name(walk, event.container_name), event.method, event.through,
                                        event.overwrites, instead)
+
+
+def _kept_elsewhere(walk, event: KeptElsewhere) -> ContainerKeep | None:
+    """A container another module's method or def adds to for this call: the receiver's
+    (`self.items.append(x)` in a buffer's `add`: `buffer.items`), or that module's global."""
+    stored = event.stored
+    if not isinstance(stored, ContainerAdd) or event.where.no_grad or not stored.value.holds_graph() \
+            or stored.container_name is None:
+        return None
+    head, _, rest = stored.container_name.partition(".")
+    if stored.scope == "self-attribute" and event.receiver is not None and head == event.self_name:
+        name = f"{event.receiver}.{rest}"
+        why = outlives_step(event.receiver_scope or "local", event.receiver.split(".")[0], event.where)
+    else:
+        name, why = stored.container_name, outlives_step(stored.scope, stored.container_name, event.where)
+    if why is None:
+        return None
+    return ContainerKeep(event.where.node, name, holder_name(walk, name), stored.method, event.callee,
+                         stored.overwrites, None, event.at)
 
 
 def _keep_detached(model: FileModel, walk, event: ContainerAdd) -> KeptInstead | None:

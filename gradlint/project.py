@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ class ModuleModel(Protocol):
     module_names: set[str]
     function_class_names: set[str]
     module_class_names: set[str]
+
+    def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, object] | None: ...
 
 
 # Re-exports through `__init__` files and aliases chain; a longer chain than this is a cycle or
@@ -439,6 +442,42 @@ class Project:
         if model is None or found.name not in model.functions:
             return None
         return model, model.functions[found.name], found.module
+
+    def method(self, qualified_class: str, name: str) -> tuple[ModuleModel, cst.FunctionDef, object, ModuleFacts] | None:
+        """A method of a top-level class of another module (its own or a base's of that module),
+        with a model of that module and the class as the model describes it."""
+        found = self.resolve(qualified_class)
+        if found is None or not found.name:
+            return None
+        symbols = found.module.symbols
+        if symbols is None or not symbols.statements[found.name].is_class:
+            return None
+        model = found.module.model_for(found.name)
+        method = model.method_of(found.name, name) if model is not None else None
+        if method is None:
+            return None
+        return model, method[0], method[1], found.module
+
+    def where_defined(self, qualified: str) -> str | None:
+        """`pkg/losses.py:12` for a top-level def or class of another module, for messages."""
+        found = self.resolve(qualified)
+        symbols = found.module.symbols if found is not None and found.name else None
+        return found.module.where(symbols.statements[found.name]) if symbols is not None else None
+
+    def method_line(self, qualified_class: str, name: str) -> str | None:
+        """`pkg/utils/meters.py:8` for a method of another module's class, for messages: its
+        `def` line inside the class's statement (the first, for a name defined twice)."""
+        found = self.resolve(qualified_class)
+        symbols = found.module.symbols if found is not None and found.name else None
+        if symbols is None:
+            return None
+        statement = symbols.statements[found.name]
+        lines = found.module.source.splitlines()
+        pattern = re.compile(rf"\s*(?:async\s+)?def\s+{re.escape(name)}\b")
+        for number in range(statement.first, min(statement.last, len(lines)) + 1):
+            if pattern.match(lines[number - 1]):
+                return found.module.where(statement).rsplit(":", 1)[0] + f":{number}"
+        return found.module.where(statement)
 
     def star_bindings(self, qualified_module: str) -> dict[str, str]:
         """What `from qualified_module import *` binds that names another thing: its imports'

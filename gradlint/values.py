@@ -46,6 +46,9 @@ class Val:
     element_names: tuple[str, ...] = ()  # for named tuples: topk(...).indices
     item: "Val | None" = None  # a container whose elements are unknown in number but alike
     module_class: str | None = None  # an instance of this file's class of that name (an nn.Module's, or any)
+    # An instance of a plain class of another project module, by qualified name (`pkg.utils.meters.AverageMeter`):
+    # its methods are walked in that module (FileModel.imported_method).
+    project_class: str | None = None
     # Names and dotted attributes read to compute this value: `self.h = f(self.h)` chains steps.
     reads: frozenset[str] = field(default=frozenset())
     none: bool = False  # the literal None

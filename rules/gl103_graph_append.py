@@ -74,7 +74,10 @@ where it keeps every environment step's graph), a module-level global, an attrib
 variable, or a parameter (the caller's list). A helper of the same file
 that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
 `buf.append(value)`) is reported at the call, where the list is known; so is one left to a
-default that names a module-level list (`def log_loss(value, buf=HISTORY)`). In a file that calls
+default that names a module-level list (`def log_loss(value, buf=HISTORY)`). A def or a method
+of another module of the project that does the same (`history.add(loss)` with a `History` class in
+`utils/`, `remember(loss)` appending to that module's global) is reported at the call, with the
+line of that def in the message. In a file that calls
 backward(), a forward hook's `output` (and `input`) is a module call's output: graph-attached
 (feature extraction runs its forwards under `no_grad`). Step functions with no loop
 count too: the caller loops. What a module's forward keeps on itself counts as graph-attached
@@ -622,6 +625,8 @@ def embed_batch(model, tokens):
             fix = None if instead is None else FixPlan(
                 f"Store .{instead.method}()", Applicability.UNSAFE, (Replace(instead.node, instead.text),))
             by = f" by {keep.through}()" if keep.through else ""
+            if keep.at is not None:  # the store is in another module: name it
+                by += f" ({keep.at})"
             if keep.overwrites:  # one slot, replaced every step: one step's graph, not all
                 yield Hit(keep.node, (
                     f"a graph-attached tensor in {keep.container}{by} keeps its step's graph "

@@ -29,6 +29,9 @@ a warning: it holds every step's graph until the reset. A reset made on every st
 the step itself, not under an `if`, that no `continue` can skip) leaves one step's graph at most:
 not reported. A reset per epoch (outside the loop around the update) or a first-step
 initialisation (`if total is None:`, `if not hasattr(self, "total"):`) is none: still an error.
+A meter of another module of the project (`meter.update(loss)`, whose `update` does
+`self.sum += value * n`) chains onto the meter: reported at the call, with the line of that
+method in the message, unless the meter is made afresh on every step.
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
@@ -368,6 +371,12 @@ def train(lstm, optimizer, loader, h, c):
             instead = total.add_instead
             fix = None if instead is None else FixPlan(
                 f"Add .{instead.method}()", Applicability.UNSAFE, (Replace(instead.node, instead.text),))
+            if total.through is not None:  # the store is in another module: name it
+                at = f" ({total.at})" if total.at else ""
+                yield Hit(total.node, (
+                    f"{total.through}() chains every step's graph onto {total.name}{at}; pass it .item() or .detach()"),
+                    subject=total.holder)
+                continue
             yield self._hit(total.node, total.name, total.holder, fix, total.reset)
 
     def _hit(self, node, name: str, subject: str, fix: FixPlan | None, reset) -> Hit:
