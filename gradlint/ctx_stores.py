@@ -46,6 +46,9 @@ class CtxStore:
     # The edits that save it instead (`ctx.save_for_backward(out)` in forward, `out, = ctx.saved_tensors`
     # in backward, or joining an existing call and unpacking); None where a use cannot be rewritten.
     save_instead: tuple[Change, ...] | None
+    # Stored by another project module's def given ctx (`stash(ctx, x)`): the call and that def's
+    # place; `node` is then the call, in this file.
+    through: tuple[str, str | None] | None = None
 
 
 def tensors_kept_on_ctx(model: FileModel) -> list[CtxStore]:
@@ -69,9 +72,11 @@ def tensors_kept_on_ctx(model: FileModel) -> list[CtxStore]:
             # save_for_backward takes tensors only: `ctx.pair = (a, b)` would become a TypeError,
             # and so would `ctx.perm = perm` for a NumPy perm known only by `perm.shape`
             instead = _save_instead(function, walk, store) \
-                if store.value.kind is Kind.TENSOR and not _known_by_shape_only(model, walk, store) else None
+                if store.value.kind is Kind.TENSOR and store.through is None \
+                and not _known_by_shape_only(model, walk, store) else None
             found.append(CtxStore(store.node, function.name, store.owner_name, store.attribute, kind,
-                                  store.value.kind is Kind.CONTAINER, several, _save_call(store), instead))
+                                  store.value.kind is Kind.CONTAINER, several, _save_call(store), instead,
+                                  store.through))
     return found
 
 

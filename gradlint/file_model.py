@@ -241,6 +241,37 @@ class FileModel:
             return Val(Kind.TENSOR) if model.detaches(function) else None
         return result
 
+    def imported_ctx_stores(self, qualified: str, args: list[tuple[cst.Arg, Val]]) -> tuple[list, str | None] | None:
+        """What a def of another project module given ctx stores on it (`stash(ctx, x)`): its
+        ctx attribute stores, walked there with these arguments, and that def's place."""
+        if self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
+            return None
+        found = self.project.function(qualified)
+        if found is None:
+            return None
+        model, function, module = found
+        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        bound = {p.name.value: UNKNOWN for p in _all_params(function)}
+        positional = [(a, v) for a, v in args if a.keyword is None and not a.star]
+        for (arg, value), param in zip(positional, params):
+            bound[param] = value.with_(module_class=None) if value.module_class else value
+        for arg, value in args:
+            if arg.keyword is not None and arg.keyword.value in bound:
+                bound[arg.keyword.value] = value.with_(module_class=None) if value.module_class else value
+        uses = model.prescan(function).tensor_uses  # what the caller could not tell, its use may
+        bound.update({p: Val(Kind.TENSOR) for p, v in bound.items() if v.kind is Kind.UNKNOWN and p in uses})
+        self.project.calls_under_way += 1
+        try:
+            with self.project.asking(module):
+                walk = Walk(model, function, FunctionRole("function"))
+                walker = Walker(walk, function)
+                walker.bind_params(bound)
+                walker.run()
+        finally:
+            self.project.calls_under_way -= 1
+        stores = [e for e in walk.of(AttributeStore) if e.owner.kind is Kind.CTX]
+        return stores, self.project.where_defined(qualified) if stores else None
+
     def imported_method(self, qualified_class: str, method: str, args: list[tuple[cst.Arg, Val]],
                         kept: list | None = None) -> Val | None:
         """`meter.update(loss)` on an instance of a plain class of another project module: the

@@ -116,6 +116,9 @@ class AttributeStore:
     augmented: bool = False  # `+=`
     target: cst.CSTNode | None = None  # the `ctx.x` being assigned (the call, for setattr)
     operand: Val | None = None  # `t = t + v` / `t = v + t`: what v is (for `+=`, value is v)
+    # Made by another project module's def this call passes ctx to (`stash(ctx, x)`): the call
+    # as written and that def's place (`stash`, `ops/helpers.py:1`); `where` is the call here.
+    through: tuple[str, str | None] | None = None
 
     @property
     def node(self) -> cst.CSTNode:
@@ -1097,6 +1100,8 @@ class Walker:
                 return returned
             if _DETACHING_NAME.search(func.value):  # an imported repackage_hidden / detach_state
                 return DETACHED
+        if name is not None and self.role.ctx_name is not None and any(v.kind is Kind.CTX for _, v in args):
+            self._follow_imported(name, e, args)
 
         if name is not None:
             torch_value = self._torch_call(name, args, positional, keywords)
@@ -1125,6 +1130,21 @@ class Walker:
             return tensor(*positional, Val(graph=True)).with_(assumed=not callee.one_element,
                                                               one_element=callee.one_element)
         return UNKNOWN
+
+    def _follow_imported(self, qualified: str, call: cst.Call, args) -> None:
+        """`stash(ctx, x)` with stash in another module of the project: what it stores on ctx,
+        as stores made at this call (their own lines are in a tree this file's report cannot
+        point into)."""
+        found = self.model.imported_ctx_stores(qualified, args)
+        if found is None:
+            return
+        stores, at = found
+        where, callee = self._where(call), dotted(call.func) or "?"
+        ctx_name = next((dotted(a.value) for a, v in args if v.kind is Kind.CTX), None) or self.role.ctx_name
+        for store in stores:
+            self.walk.events.append(replace(store, where=replace(store.where, node=call, loops=where.loops,
+                                                                 no_grad=where.no_grad), owner_name=ctx_name,
+                                            target=None, through=(callee, at)))
 
     def _kept_elsewhere(self, call: cst.Call, walks: list, receiver: str | None, at) -> None:
         """What another module's def or method kept past the call, as events of this walk."""

@@ -19,7 +19,9 @@ class CtxTensorAttribute(Rule):
 ## What it does
 Flags a tensor stored as an attribute of `ctx` in an autograd Function's `forward` or
 `setup_context` (also through `setattr(ctx, ...)`, tuple targets, containers, and helpers or
-closures that receive ctx).
+closures that receive ctx). A helper in another module of the project given ctx (`stash(ctx, x)`
+from `ops/helpers.py`) is reported once at its call, naming its file and line and each attribute
+it sets; that finding has no fix (the helper's other callers may rely on it).
 
 ## Why is this bad?
 What torch 2.13 does, measured:
@@ -521,6 +523,33 @@ class Cube(torch.autograd.Function):
         return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
+        through: dict[int, list] = {}  # stores made in another module, by the call that made them
+        yield from self._stores(model, through)
+        for stores in through.values():
+            yield self._set_elsewhere(stores)
+
+    @staticmethod
+    def _set_elsewhere(stores: list) -> Hit:
+        """One finding per call of another module's def that keeps tensors on ctx (`stash(ctx, x,
+        index)`), naming that def's place and each attribute: the call is the line to change."""
+        first = stores[0][0]
+        callee, at = first.through
+        attributes = ", ".join(dict.fromkeys(f"{s.ctx}.{s.attribute}" for s, _ in stores))
+        kinds = {s.kind for s, _ in stores}
+        if VIEW in kinds:
+            what, why = "a view of the output", "a cycle never freed"
+        elif kinds & {OUTPUT, CONTAINER}:
+            several = any(s.several_outputs for s, _ in stores)
+            what, why = ("outputs", "cycles never freed") if several else \
+                ("the output", "a cycle only the cyclic collector frees")
+        else:
+            what, why = "tensors", "alive after backward, no version check"
+        place = f" ({at})" if at else ""
+        severity = Severity.ERROR if any(sev is Severity.ERROR for _, sev in stores) else Severity.WARNING
+        return Hit(first.node, f"{callee}(){place} keeps {what} on {attributes}: {why}; use save_for_backward",
+                   severity, f"{first.function}.ctx.{first.attribute}")
+
+    def _stores(self, model: FileModel, through: dict[int, list]) -> Iterator[Hit]:
         for store in tensors_kept_on_ctx(model):
             kind, several, save = store.kind, store.several_outputs, store.save_call
             fix = None if store.save_instead is None else FixPlan(
@@ -545,6 +574,9 @@ class Cube(torch.autograd.Function):
                 what = "tensors" if store.several_values else "a tensor"
                 message = f"{attr} {holds} {what}: no version-counter check, alive after backward; use {save}"
                 severity = Severity.WARNING
+            if store.through is not None:
+                through.setdefault(id(store.node), []).append((store, severity))
+                continue
             if len(message) > 120:  # a long attribute and value name: the flagged line shows the value
                 message = message.replace(save, f"{store.ctx}.save_for_backward(...)")
             yield Hit(store.node, message, severity, subject, fix)

@@ -43,7 +43,7 @@ def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
             for f in findings if f["code"] != "GL000"}
 
 
-@pytest.mark.parametrize("name", ["trainer", "meters", "cycle", "missing", "stars"])
+@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars"])
 def test_each_project_gets_exactly_its_expected_findings(name: str):
     root = PROJECTS / name
     assert _found(root, _check(root, cwd=root)) == _expected(root)
