@@ -44,6 +44,7 @@ class ChainedTotal:
     # the call as written, and where that def is (`pkg/utils/meters.py:8`).
     through: str | None = None
     at: str | None = None
+    origin: str | None = None  # another module's def or class the added value's graph comes from
 
 
 def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
@@ -75,7 +76,8 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
                         continue  # `total = 0.0` on every step: it holds one step's graph at most
                     instead = _add_detached(model, walk, event, event.name,
                                             "local" if event.scope == "param" else event.scope)
-                    found.append(ChainedTotal(event.where.node, event.name, why, event.name, reset, instead))
+                    found.append(ChainedTotal(event.where.node, event.name, why, event.name, reset, instead,
+                                              origin=event.value.origin))
             elif isinstance(event, AttributeStore) and not event.where.no_grad and event.value.holds_graph() \
                     and (event.augmented or f"{event.owner_name}.{event.attribute}" in event.value.reads):
                 if event.owner_name == walk.role.self_name and (walk.role.kind == "module_forward" or (
@@ -97,7 +99,8 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
                     continue
                 scope = "self-attribute" if event.owner_name.split(".")[0] == walk.role.self_name else "attribute"
                 instead = _add_detached(model, walk, event, name, scope)
-                found.append(ChainedTotal(event.node, name, "an attribute", holder_name(walk, name), reset, instead))
+                found.append(ChainedTotal(event.node, name, "an attribute", holder_name(walk, name), reset, instead,
+                                          origin=event.value.origin))
     return found
 
 

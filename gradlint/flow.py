@@ -1127,7 +1127,7 @@ class Walker:
             callee = UNKNOWN
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
             # (a tensor only assumed, unless the module is one of torch's losses: see _loss_module)
-            return tensor(*positional, Val(graph=True)).with_(assumed=not callee.one_element,
+            return tensor(*positional, Val(graph=True, origin=callee.origin)).with_(assumed=not callee.one_element,
                                                               one_element=callee.one_element)
         return UNKNOWN
 

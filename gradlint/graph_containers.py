@@ -46,6 +46,7 @@ class ContainerKeep:
     # (returned, passed on, the caller's), and the store is not in a Module's forward.
     keep_instead: KeptInstead | None
     at: str | None = None  # the def or method of another project module that stores it, for `through`
+    origin: str | None = None  # another module's def or class the value's graph comes from (Val.origin)
 
 
 def graph_kept_in_containers(model: FileModel) -> list[ContainerKeep]:
@@ -81,7 +82,7 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
             instead = _keep_detached(model, walk, event) if event.through is None else None
             yield event, ContainerKeep(event.where.node, event.container_name,
                                        holder_name(walk, event.container_name), event.method, event.through,
-                                       event.overwrites, instead)
+                                       event.overwrites, instead, origin=event.value.origin)
 
 
 def _kept_elsewhere(walk, event: KeptElsewhere) -> ContainerKeep | None:

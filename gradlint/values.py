@@ -49,6 +49,9 @@ class Val:
     # An instance of a plain class of another project module, by qualified name (`pkg.utils.meters.AverageMeter`):
     # its methods are walked in that module (FileModel.imported_method).
     project_class: str | None = None
+    # Where a graph-attached value (or a module) came from when another project module decided
+    # it: `l2_penalty() (pkg/losses.py:8)`, `MLP (pkg/layers.py:4)`. For messages only.
+    origin: str | None = None
     # Names and dotted attributes read to compute this value: `self.h = f(self.h)` chains steps.
     reads: frozenset[str] = field(default=frozenset())
     none: bool = False  # the literal None
@@ -112,7 +115,12 @@ def tensor(*sources: Val, int64: bool = False, keep_graph: bool = True) -> Val:
     An integer tensor never is (`logits.argmax(1)`: integer outputs never require grad)."""
     graph = keep_graph and not int64 and any(s.graph or s.param or _members_graph(s) for s in sources)
     reads = frozenset().union(*(s.reads for s in sources)) if sources else frozenset()
-    return Val(Kind.TENSOR, graph=graph, int64=int64, reads=reads)
+    return Val(Kind.TENSOR, graph=graph, int64=int64, reads=reads, origin=_origin(sources) if graph else None)
+
+
+def _origin(vals) -> str | None:
+    """The first place another module made one of `vals`' graphs (or modules)."""
+    return next((v.origin for v in vals if v.origin is not None), None)
 
 
 def _members_graph(v: Val) -> bool:
@@ -132,6 +140,7 @@ def view(base: Val, may_copy: bool = False, **changes) -> Val:
         reads=base.reads,
         may_copy=may_copy or base.may_copy,
         assumed=base.assumed or base.kind is not Kind.TENSOR,
+        origin=base.origin,
     ).with_(**changes)
 
 
@@ -150,7 +159,8 @@ def combine(*vals: Val) -> Val:
         return Val(Kind.SCALAR, reads=reads)
     if all(v.kind is Kind.CONTAINER for v in vals):  # tuple concatenation
         return Val(Kind.CONTAINER, elements=tuple(e for v in vals for e in v.elements), reads=reads)
-    return Val(graph=any(v.graph for v in vals), reads=reads)
+    graph = any(v.graph for v in vals)
+    return Val(graph=graph, reads=reads, origin=_origin(vals) if graph else None)
 
 
 def either(a: Val, b: Val) -> Val:
@@ -172,5 +182,6 @@ def merge(a: Val, b: Val) -> Val:
         return a.with_(reads=a.reads | b.reads, assumed=True)
     if a.kind is b.kind:
         return replace(a, graph=a.graph or b.graph, int64=a.int64 and b.int64, reads=a.reads | b.reads,
-                       assumed=a.assumed or b.assumed, one_element=a.one_element and b.one_element)
+                       assumed=a.assumed or b.assumed, one_element=a.one_element and b.one_element,
+                       origin=a.origin or b.origin)
     return Val(reads=a.reads | b.reads)

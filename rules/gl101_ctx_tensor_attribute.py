@@ -541,9 +541,9 @@ class Cube(torch.autograd.Function):
         elif kinds & {OUTPUT, CONTAINER}:
             several = any(s.several_outputs for s, _ in stores)
             what, why = ("outputs", "cycles never freed") if several else \
-                ("the output", "a cycle only the cyclic collector frees")
+                ("the output", "a cycle only gc frees")
         else:
-            what, why = "tensors", "alive after backward, no version check"
+            what, why = "tensors", "alive after backward"
         place = f" ({at})" if at else ""
         severity = Severity.ERROR if any(sev is Severity.ERROR for _, sev in stores) else Severity.WARNING
         return Hit(first.node, f"{callee}(){place} keeps {what} on {attributes}: {why}; use save_for_backward",

@@ -625,14 +625,23 @@ def embed_batch(model, tokens):
             fix = None if instead is None else FixPlan(
                 f"Store .{instead.method}()", Applicability.UNSAFE, (Replace(instead.node, instead.text),))
             by = f" by {keep.through}()" if keep.through else ""
-            if keep.at is not None:  # the store is in another module: name it
-                by += f" ({keep.at})"
+            if keep.at is not None:  # the store is in another module: name it, and what it keeps
+                yield Hit(keep.node, (
+                    f"{keep.through}() ({keep.at}) keeps a graph-attached tensor in {keep.container}: "
+                    + ("its step's graph until overwritten" if keep.overwrites else "every step's graph")
+                    + "; pass .item()"), Severity.WARNING if keep.overwrites else None, keep.holder)
+                continue
             if keep.overwrites:  # one slot, replaced every step: one step's graph, not all
                 yield Hit(keep.node, (
                     f"a graph-attached tensor in {keep.container}{by} keeps its step's graph "
                     "until overwritten; store .item() or .detach()"), Severity.WARNING, keep.holder, fix)
                 continue
             verb = _VERBS.get(keep.method, "added to")
+            if keep.origin is not None and keep.at is None:  # decided by another module: name it
+                yield Hit(keep.node, (
+                    f"{keep.origin} gives a graph; {verb} {keep.container}{by} it keeps every step's graph: "
+                    "store .item()"), subject=keep.holder, fix=fix)
+                continue
             yield Hit(keep.node, (
                 f"a graph-attached tensor {verb} {keep.container}{by} keeps every step's graph; "
                 "store .item() or .detach()"), subject=keep.holder, fix=fix)

@@ -377,6 +377,11 @@ def train(lstm, optimizer, loader, h, c):
                     f"{total.through}() chains every step's graph onto {total.name}{at}; pass it .item() or .detach()"),
                     subject=total.holder)
                 continue
+            if total.origin is not None and total.reset is None:  # decided by another module: name it
+                yield Hit(total.node, (
+                    f"{total.name} chains every step's graph onto itself: {total.origin} gives a graph; "
+                    "use .item()"), subject=total.holder, fix=fix)
+                continue
             yield self._hit(total.node, total.name, total.holder, fix, total.reset)
 
     def _hit(self, node, name: str, subject: str, fix: FixPlan | None, reset) -> Hit:

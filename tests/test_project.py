@@ -92,3 +92,31 @@ def test_a_change_to_an_imported_module_rechecks_the_files_that_rest_on_it(tmp_p
     assert fourth.findings == []
     assert fourth.files_checked - fourth.files_cached == 2  # losses.py and train.py
     assert run().files_cached == fourth.files_checked
+
+
+def test_findings_that_rest_on_another_file_name_it():
+    """The message says which def of which file the finding rests on, at the line that file has it."""
+    messages = {}
+    for name in ("trainer", "meters", "ctx_helper"):
+        root = PROJECTS / name
+        for f in _check(root, cwd=root):
+            messages[(name, Path(f["filename"]).name, f["location"]["row"])] = f["message"]
+    assert messages[("trainer", "train.py", 20)].startswith(
+        "l2_penalty() (pkg/losses.py:8) gives a graph; appended to penalties")
+    assert messages[("meters", "train.py", 15)].startswith(
+        "total chains every step's graph onto itself: regression_loss() (utils/losses.py:4) gives a graph")
+    assert "onto meter.sum (utils/meters.py:11)" in messages[("meters", "train.py", 19)]
+    assert messages[("meters", "train.py", 20)].startswith(
+        "history.add() (utils/meters.py:24) keeps a graph-attached tensor in history.values")
+    assert messages[("meters", "train.py", 21)].startswith(
+        "remember() (utils/meters.py:28) keeps a graph-attached tensor in SEEN")
+    assert messages[("ctx_helper", "scatter.py", 9)].startswith(
+        "stash_inputs() (helpers.py:4) keeps tensors on ctx.src, ctx.index")
+    assert messages[("ctx_helper", "scatter.py", 23)].startswith("stash_output() (helpers.py:9) keeps the output on ctx.out")
+    # Each line named is that def's own line in its file.
+    for path, line in (("meters/app/utils/meters.py", 11), ("meters/app/utils/meters.py", 24),
+                       ("meters/app/utils/meters.py", 28), ("meters/app/utils/losses.py", 4),
+                       ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
+                       ("trainer/pkg/losses.py", 8)):
+        assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
+    assert all(len(message) <= 120 for message in messages.values()), messages
