@@ -74,6 +74,9 @@ class ModuleClass:
     lightning: bool
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     attributes: dict[str, Val] = field(default_factory=dict)  # what __init__ put on self
+    # An nn.Module because of a base another module of the project defines: that base and its
+    # place (`BaseModel (models/base.py:4)`), through this file's own bases too. For messages.
+    through: str | None = None
 
 
 @dataclass
@@ -387,7 +390,8 @@ class FileModel:
                     forward=methods.get("forward"), backward=methods.get("backward"), setup_context=setup))
             elif name in module_names:
                 modules.append(ModuleClass(name=name, node=info.node, lightning=name in lightning_names,
-                                           methods=dict(info.methods)))
+                                           methods=dict(info.methods),
+                                           through=self._module_through(info, by_name, module_names)))
         for op_function, backward, setup in self._autograd_registrations:
             if op_function not in self._custom_ops:
                 continue
@@ -397,6 +401,28 @@ class FileModel:
                 backward=self.functions.get(backward or ""), setup_context=self.functions.get(setup or ""),
                 op_name=op_name))
         return functions, modules
+
+    def _module_through(self, info: _ClassInfo, by_name: dict, module_names: set[str]) -> str | None:
+        """The project base (of another module) this class is an nn.Module by, if that is why."""
+        todo, seen = [info], set()
+        while todo:
+            current = todo.pop(0)
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if any(is_module_base(b) for b in current.bases):
+                return None  # torch's own base says so: nothing rests on another file
+            for base in current.bases:
+                if base in by_name and base in module_names:
+                    todo.append(by_name[base])
+                elif base not in api.FUNCTION_BASES and self._imported_module(base):
+                    facts = self.imported_class(base)
+                    return f"{base.rpartition('.')[2]} ({facts.where})"
+        return None
+
+    def module_through(self, class_name: str | None) -> str | None:
+        found = self._modules_by_name.get(class_name or "")
+        return found.through if found is not None else None
 
     def _imported_module(self, base: str) -> bool:
         """A base another module of the project defines as an nn.Module (recbole's models

@@ -30,6 +30,9 @@ class KeptGraph:
     # Each step's graph chains onto the last (`self.h = self.h + x`, `self.h += x`): memory grows
     # every step. Always true for a container add.
     chained: bool
+    # What the finding rests on in another file of the project, as a clause: `Net is an
+    # nn.Module by BaseModel (models/base.py:4)`, `MLP (layers.py:4) gives a graph`.
+    rests_on: str | None = None
 
 
 def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
@@ -42,6 +45,12 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
                 role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
                 and model.runs_in_forward(walk.function))):
             continue
+        through = model.module_through(role.owner_class)
+        module_by = f"{role.owner_class} is an nn.Module by {through}" if through else None
+
+        def rests_on(value) -> str | None:
+            return module_by or (f"{value.origin} gives a graph" if value.origin else None)
+
         for event in walk.events:
             if getattr(event, "where", None) is None or event.where.no_grad:
                 continue
@@ -49,10 +58,12 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
                     and event.value.holds_graph():
                 target = f"{role.self_name}.{event.attribute}"
                 found.append(KeptGraph(event.node, SELF_ATTRIBUTE, target, f"{role.owner_class}.{event.attribute}",
-                                       event.augmented or target in event.value.reads))
+                                       event.augmented or target in event.value.reads, rests_on(event.value)))
             elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" and event.value.holds_graph():
                 found.append(KeptGraph(event.where.node, SELF_CONTAINER, event.container_name,
-                                       f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}", True))
+                                       f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}", True,
+                                       rests_on(event.value)))
             elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
-                found.append(KeptGraph(event.where.node, GLOBAL, event.name, event.name, event.chained))
+                found.append(KeptGraph(event.where.node, GLOBAL, event.name, event.name, event.chained,
+                                       rests_on(event.value)))
     return found

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradlint import prechecks
-from gradlint.analysis import GLOBAL, SELF_ATTRIBUTE, FileModel, graph_kept_by_module_forward
+from gradlint.analysis import GLOBAL, SELF_ATTRIBUTE, SELF_CONTAINER, FileModel, graph_kept_by_module_forward
 from gradlint.findings import Severity
 from gradlint.rule import Hit, Invalid, Rule
 
@@ -206,6 +206,15 @@ class Prototypes(nn.Module):
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for kept in graph_kept_by_module_forward(model):
+            if kept.rests_on is not None:  # decided by another file of the project: say by what
+                what = ("keeps every forward's graph" if kept.where == SELF_CONTAINER else
+                        "chains each step's graph onto the last" if kept.chained else
+                        "keeps a step's graph until the next")
+                shown = f"global {kept.shown}" if kept.where == GLOBAL else kept.shown
+                yield Hit(kept.node, f"{shown} {what}: {kept.rests_on}; store .detach()",
+                          Severity.WARNING if kept.where != SELF_CONTAINER and not kept.chained else Severity.ERROR,
+                          kept.holder)
+                continue
             if kept.where == SELF_ATTRIBUTE and kept.chained:
                 yield Hit(kept.node, (
                     f"{kept.shown} chains each step's graph onto the last: memory grows every step; "

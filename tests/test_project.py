@@ -103,6 +103,8 @@ def test_findings_that_rest_on_another_file_name_it():
             messages[(name, Path(f["filename"]).name, f["location"]["row"])] = f["message"]
     assert messages[("trainer", "train.py", 20)].startswith(
         "l2_penalty() (pkg/losses.py:8) gives a graph; appended to penalties")
+    assert messages[("trainer", "net.py", 14)].startswith(
+        "self.last_hidden keeps a step's graph until the next: Net is an nn.Module by BaseModel (base.py:4)")
     assert messages[("meters", "train.py", 15)].startswith(
         "total chains every step's graph onto itself: regression_loss() (utils/losses.py:4) gives a graph")
     assert "onto meter.sum (utils/meters.py:11)" in messages[("meters", "train.py", 19)]
@@ -119,4 +121,5 @@ def test_findings_that_rest_on_another_file_name_it():
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
                        ("trainer/pkg/losses.py", 8)):
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
+    assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
