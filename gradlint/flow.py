@@ -1055,7 +1055,8 @@ class Walker:
             return Val(Kind.MODULE)
         if base.kind is Kind.SCALAR:
             return SCALAR
-        return Val(reads=base.reads)
+        # An int64 array or tensor (`score.argsort()`) indexed: int64 too, a tensor or not.
+        return Val(reads=base.reads, int64=base.int64)
 
     # ----- calls ----------------------------------------------------------------------------
 
@@ -1289,6 +1290,11 @@ class Walker:
         if not receiver.is_tensor:
             if method in ("item", "tolist", "numpy", "size", "dim", "numel"):
                 return SCALAR
+            if method in api.INT64_METHODS and receiver.kind is Kind.UNKNOWN and not self._imported(e.func.value):
+                # `score.argsort()`: a NumPy array has the method too, and its result is int64 as
+                # well; a tensor or not, what save_for_backward is given must be one (it raises
+                # otherwise), so saved_tensors counts it there.
+                return Val(int64=True, reads=receiver.reads)
             if method == "detach":  # detached: whatever it was read from, it chains no graph
                 return DETACHED
             if receiver.kind is Kind.UNKNOWN and receiver.graph:

@@ -98,7 +98,9 @@ def int64_index_saves(model: FileModel) -> list[Int64Save]:
     for function, walk in model.autograd_walks:
         for event in walk.events:
             if isinstance(event, SavedForBackward):
-                if any(_is_int64(value) for _, value in event.arguments):
+                # What save_for_backward is given is a tensor (it raises otherwise): an int64
+                # value of unknown kind (`score.argsort()`, which NumPy has too) counts here.
+                if any(_is_int64(value) or (value.int64 and value.kind is Kind.UNKNOWN) for _, value in event.arguments):
                     found.append(Int64Save(event.where.node, function.name, None, ""))
             elif isinstance(event, AttributeStore) and event.owner.kind is Kind.CTX and _is_int64(event.value):
                 found.append(Int64Save(event.node, function.name, event.attribute,

@@ -102,6 +102,17 @@ class Knn(th.autograd.Function):
         ctx.save_for_backward(pos, rows)
         return nbr
 """, ("ctx.save_for_backward(pos, nbr.long())", "ctx.save_for_backward(pos, rows)")),
+        # The method form on an input nothing else types: argsort gives int64 on a NumPy array too,
+        # and what save_for_backward takes is a tensor.
+        Invalid("""
+import torch
+class SortPool(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, score, k):
+        order = score.argsort(dim=-1, descending=True)[..., :k]
+        ctx.save_for_backward(order)
+        return score.gather(-1, order)
+""", ("ctx.save_for_backward(order)",)),
     )
 
     def precheck(self, tree) -> bool:
