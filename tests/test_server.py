@@ -503,3 +503,20 @@ def test_without_pygls_the_command_names_the_extra_and_exits_2():
     (line,) = done.stderr.splitlines()
     assert line.startswith("gradlint: error: the language server needs pygls")
     assert re.search(r"pip install '[A-Za-z0-9_.-]+\[lsp\]'$", line), line
+
+
+@pytest.mark.asyncio
+async def test_the_project_index_reaches_diagnostics_and_follows_edits_on_disk(client: LanguageClient, workspace: Path):
+    """A finding that rests on another module of the project (a meter class in utils/) is found
+    in the editor too; when that module is fixed on disk, the next lint of the document drops it."""
+    shutil.copytree(Path(__file__).parent / "fixtures" / "projects" / "meters" / "app", workspace / "app")
+    train = workspace / "app" / "train.py"
+    uri = _open(client, train)
+    found = await _diagnostics(client, uri, 1)
+    meter = [d for d in found if "meter.update()" in d.message]
+    assert len(meter) == 1 and meter[0].code == "GL104", [d.message for d in found]
+    assert "(utils/meters.py:11)" in meter[0].message
+    meters = workspace / "app" / "utils" / "meters.py"
+    meters.write_text(meters.read_text().replace("self.sum += value * n", "self.sum += float(value) * n"))
+    _change(client, uri, 2, train.read_text() + "\n")
+    assert not [d for d in await _diagnostics(client, uri, 2) if "meter.update()" in d.message]
