@@ -12,7 +12,7 @@ from gradlint import baseline as baselines
 from gradlint.cache import ResultCache
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import Discovery
-from gradlint.engine import RuleSet, fix_source, lint_bytes, lint_files
+from gradlint.engine import RuleSet, fix_source, lint_bytes, lint_files, selectable_codes
 from gradlint.findings import FileResult, Finding
 from gradlint.noqa import add_noqa
 from gradlint.registry import all_rules
@@ -112,14 +112,14 @@ def resolve_settings(request: CheckRequest) -> Settings:
         settings.select = request.select
     settings.extend_select = settings.extend_select + request.extend_select
     settings.ignore = settings.ignore + request.ignore
-    settings.check_selectors([r.code for r in all_rules()])
+    settings.check_selectors(selectable_codes())
     return settings
 
 
 def run_check(request: CheckRequest) -> CheckOutcome:
     settings = resolve_settings(request)
     ruleset = RuleSet.from_settings(settings)
-    codes = [r.code for r in all_rules()]
+    codes = selectable_codes()
     discovery = Discovery(settings)
 
     if request.stdin is not None:

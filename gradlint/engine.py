@@ -31,10 +31,30 @@ from gradlint.cache import ResultCache
 from gradlint.prescan import child_nodes
 from gradlint.project import Project
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, text_digest
-from gradlint.suppressions import find_suppressions
+from gradlint.suppressions import Suppressions, find_suppressions, may_hold_our_codes, unused_findings
 
 SYNTAX_ERROR = ("GL000", "syntax-error")
 UNREADABLE = ("GL001", "unreadable-file")
+UNUSED_NOQA = ("GL002", "unused-noqa")
+# The engine's codes a selector can turn on and off, as a rule's (GL000 and GL001 are always on).
+SELECTABLE_ENGINE_CODES = (UNUSED_NOQA[0],)
+_ALWAYS_ON = frozenset({SYNTAX_ERROR[0], UNREADABLE[0]})
+
+
+def selectable_codes() -> tuple[str, ...]:
+    """Every code select, ignore, per-file-ignores and severity may name: the rules' and GL002."""
+    return tuple(sorted([r.code for r in all_rules()] + list(SELECTABLE_ENGINE_CODES)))
+
+
+_known_codes: frozenset[str] | None = None
+
+
+def known_codes() -> frozenset[str]:
+    """Every code gradlint has: a `# noqa` naming another GL code names a code that does not exist."""
+    global _known_codes
+    if _known_codes is None:
+        _known_codes = frozenset(r.code for r in all_rules()) | _ALWAYS_ON | frozenset(SELECTABLE_ENGINE_CODES)
+    return _known_codes
 
 
 @dataclass(frozen=True)
@@ -43,24 +63,29 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     severity: dict[str, Severity]
+    # The selectable engine codes on (GL002). Settings turn GL002 on by default; a RuleSet built
+    # from a list of rules checks those rules only.
+    engine: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "RuleSet":
         rules = all_rules()
-        codes = [r.code for r in rules]
-        defaults = [r.code for r in rules if r.default_enabled]
+        codes = [r.code for r in rules] + list(SELECTABLE_ENGINE_CODES)
+        defaults = [r.code for r in rules if r.default_enabled] + list(SELECTABLE_ENGINE_CODES)
         enabled = settings.enabled_codes(codes, defaults)
-        return cls(tuple(r for r in rules if r.code in enabled), dict(settings.severity))
+        return cls(tuple(r for r in rules if r.code in enabled), dict(settings.severity),
+                   frozenset(SELECTABLE_ENGINE_CODES) & enabled)
 
     def key(self, max_bytes: int) -> str:
         """Everything besides the file's bytes and gradlint's build that decides its findings."""
         severities = ",".join(f"{code}={severity.value}" for code, severity in sorted(self.severity.items()))
-        return f"{','.join(sorted(r.code for r in self.rules))};{severities};{max_bytes}"
+        codes = sorted([r.code for r in self.rules] + list(self.engine))
+        return f"{','.join(codes)};{severities};{max_bytes}"
 
     def without(self, codes: frozenset[str]) -> "RuleSet":
         if not codes:
             return self
-        return RuleSet(tuple(r for r in self.rules if r.code not in codes), self.severity)
+        return RuleSet(tuple(r for r in self.rules if r.code not in codes), self.severity, self.engine - codes)
 
 
 def _finding(path: str, code_name: tuple[str, str], line: int, column: int, message: str) -> Finding:
@@ -163,11 +188,16 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     reports syntax errors for every file) and each rule's precheck of that tree, and only then
     the libcst parse and the analysis, for the rules still in play."""
     result = FileResult(path)
+    # GL002 reads the comments of a file whose comments name a GL code, even when no rule has a
+    # finding to silence there: a rule the gates leave out has no finding in the file at all.
+    noqa = UNUSED_NOQA[0] in ruleset.engine and may_hold_our_codes(source)
     rules = _rules_marked_in(source, ruleset.rules)
     if not rules:  # only the syntax check is left
         error = _syntax_error(source, path)
         if error is not None:
             result.findings.append(error)
+        elif noqa:
+            _report_unused(source, path, ruleset, result, find_suppressions(source))
         return result
     tree = _python_ast(source, path)
     if isinstance(tree, Finding):
@@ -176,10 +206,12 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
     rules = [r for r in rules if tree is None or _precheck(r, tree)]
     if not rules:
+        if noqa:
+            _report_unused(source, path, ruleset, result, find_suppressions(source))
         return result
     result.analyzed = True
     try:
-        return deep.call(lambda: _analyze(source, path, ruleset, rules, result, tree), len(source))
+        return deep.call(lambda: _analyze(source, path, ruleset, rules, result, tree, noqa), len(source))
     except deep.NoStack as error:
         result.findings.append(_finding(path, UNREADABLE, 1, 1, f"too large to analyze: it would need {error}"))
         return result
@@ -208,7 +240,7 @@ def _project_for(path: str) -> Project:
 
 
 def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result: FileResult,
-             tree: ast.Module | None) -> FileResult:
+             tree: ast.Module | None, noqa: bool = False) -> FileResult:
     """The libcst parse, the model, the rules and the findings' positions: on the deep-stack
     thread, since each of them recurses once per level of libcst's tree (see gradlint/deep.py)."""
     try:
@@ -236,7 +268,7 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
         result.internal_error = f"{type(error).__name__}: {error}"
         return result
     result.depends = dict(project.consulted)
-    suppressions = find_suppressions(source) if hits else None
+    suppressions = find_suppressions(source) if hits or noqa else None
     lines = SourceLines(source) if any(hit.fix for _, hit in hits) else None
     seen: set[tuple[str, int, int]] = set()
     for rule, hit in hits:
@@ -256,8 +288,25 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
             path=path, line=line, column=column, code=rule.code, name=rule.name, message=hit.message,
             severity=severity, end_line=where.end.line, end_column=where.end.column + 1, subject=hit.subject,
             fix=fix))
+    if noqa:
+        _report_unused(source, path, ruleset, result, suppressions)
     result.findings.sort()
     return result
+
+
+def _report_unused(source: str, path: str, ruleset: RuleSet, result: FileResult,
+                   suppressions: Suppressions) -> None:
+    """GL002: the directives that name a GL code no finding of this file was silenced by. Only
+    once the file's analysis has run to its end: every finding of a rule that ran (or that the
+    gates left out: none) has been offered to `suppressions.silences` by then."""
+    if not suppressions.directives:
+        return
+    checked = frozenset(r.code for r in ruleset.rules) | _ALWAYS_ON
+    severity = ruleset.severity.get(UNUSED_NOQA[0]) or Severity.ERROR
+    for finding in unused_findings(source, path, suppressions, UNUSED_NOQA, checked, known_codes(), severity):
+        if not suppressions.silences(finding.code, finding.line):  # a noqa naming GL002 keeps it
+            result.findings.append(finding)
+    result.findings.sort()
 
 
 def _positions(module: cst.Module, tree: ast.Module | None, source: str,

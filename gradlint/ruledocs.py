@@ -27,10 +27,11 @@ class EngineCode:
     summary: str
     doc: str
     silenceable: bool = False  # whether `# noqa: CODE` silences it
+    fix_safety: str = ""  # as a rule's: "" (no fix), "safe", ...
 
 
-# GL000 and GL001 come from the engine when no rule could run on a file; SARIF lists them beside the
-# rules, and their findings carry a url like any other.
+# GL000 and GL001 come from the engine when no rule could run on a file, GL002 once the rules have
+# run; SARIF lists them beside the rules, and their findings carry a url like any other.
 ENGINE_CODES = (
     EngineCode("GL000", "syntax-error", "the file does not parse, so no rule checked it", """
 ## What it does
@@ -57,6 +58,40 @@ Exclude it (`extend-exclude`), or raise `max-file-size` for a large generated fi
 ## Fix safety
 No fix. `# noqa` does not silence it.
 """),
+    EngineCode("GL002", "unused-noqa", "a `# noqa` names a GL code that silenced nothing, or one that does not exist", """
+## What it does
+Reports a `# noqa: GL101`, `# gradlint: ignore[GL101]` or file-wide `# gradlint: noqa: GL101` that
+silenced no finding of that code in the file, and a GL code gradlint does not have (`GL999`), as
+ruff's `RUF100` does. Codes a rule's gates show cannot occur in the file (the file never mentions
+autograd, say) count as unused: that rule has no finding there. A `# noqa` at the end of a
+multi-line string or of backslash-joined lines covers every line of that run, so a finding on any
+of them uses it. `# noqa: GL000` and `# noqa: GL001` are unused wherever they are: no comment
+silences those codes.
+
+## Why is this bad?
+A stale suppression hides the next real finding: the leak was fixed or the code moved, the comment
+stayed, and it silences what that rule finds on the line later. An unknown code (a typo for
+`GL101`) silences nothing at all.
+
+## What is not reported
+- Other tools' codes (`E501`, `F401`, `BLE001`), a bare `# noqa` and a bare `# gradlint: noqa`:
+  they are other tools' business, or silence everything.
+- A code the file is not checked for (not selected, in `ignore`, or in the file's
+  `per-file-ignores`): whether it would have a finding there cannot be told.
+- Anything in a file whose check did not finish (`GL000`, `GL001`, an internal error).
+- `GL002` itself: `# noqa: GL101, GL002` keeps its directive as it is.
+
+## On by default
+Yes, unlike ruff's `RUF100`: it reads gradlint's own codes only, so it never argues with another
+tool's comment, and it reports only what the run has seen: a code checked in the file, no
+finding of it under the comment. Turn it off with `ignore = ["GL002"]`.
+
+## Fix safety
+Safe: it removes the codes (`# noqa: E501, GL101` becomes `# noqa: E501`), or, when the directive
+named nothing else, the directive with the blanks before it, keeping a comment that goes on after
+it (`# noqa: GL101  # type: ignore` becomes `# type: ignore`); a line left empty goes. Only a
+comment changes, never the code.
+""", silenceable=True, fix_safety="safe"),
 )
 
 
@@ -82,7 +117,7 @@ def pages() -> list[RulePage]:
     rule classes are the source of truth; nothing here caches their text)."""
     from gradlint.registry import all_rules
 
-    found = [RulePage(c.code, c.name, c.summary, c.doc, "error", True, "", (), (), engine=True,
+    found = [RulePage(c.code, c.name, c.summary, c.doc, "error", True, c.fix_safety, (), (), engine=True,
                       silenceable=c.silenceable) for c in ENGINE_CODES]
     for rule in all_rules():
         found.append(RulePage(

@@ -49,7 +49,7 @@ import click
 from gradlint import __version__, usage_errors
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import PYTHON_SUFFIXES, Discovery
-from gradlint.engine import RuleSet, lint_bytes
+from gradlint.engine import RuleSet, lint_bytes, selectable_codes
 from gradlint.findings import Applicability, Edit, Finding, Severity
 from gradlint.fixes import SourceLines
 from gradlint.registry import all_rules, rule_by_code
@@ -114,7 +114,7 @@ class Projects:
         if kept is not None and kept[0] == stamp:
             return kept[1]
         settings = load_settings(config, root=self.default_root)
-        codes = tuple(rule.code for rule in all_rules())
+        codes = selectable_codes()
         settings.check_selectors(codes)
         project = _Project(settings, RuleSet.from_settings(settings), Discovery(settings), codes)
         self._loaded[config] = (stamp, project)
