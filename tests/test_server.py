@@ -216,8 +216,8 @@ async def test_stale_versions_are_never_published(client: LanguageClient, worksp
     assert versions == sorted(set(versions)), versions
     for params in published:
         assert _codes(params.diagnostics) == (["GL101", "GL201"] if params.version % 2 else [])
-    # The point of dropping stale work: far fewer lints than changes.
-    assert len(published) < 41
+    # How many of the forty are dropped depends on the machine's load (a loaded runner linted
+    # all 41 once); that a change during a lint drops it is test_a_change_during_a_lint_... below.
 
 
 class _Document:
