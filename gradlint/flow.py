@@ -1267,6 +1267,10 @@ class Walker:
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:
                 return Val(Kind.MODULE)
+            if method.startswith("register_"):
+                # nn.Module's register_buffer, register_forward_pre_hook, ...: None or a handle,
+                # whatever `forward_` in the name suggests (torch's fsdp keeps the handles in lists)
+                return UNKNOWN
             if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
                 # `model.compute_loss(x, y)`, `model.encode(x)`: the model's own computation
                 return tensor(*positional, Val(graph=True)).with_(assumed=True)

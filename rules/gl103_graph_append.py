@@ -141,6 +141,15 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # A hook's handle, not a tensor: register_* methods of a module return None or a handle
+        # (torch's fsdp keeps them in lists), `forward_` in the name notwithstanding.
+        """
+import torch
+def register(state, module: torch.nn.Module, hook):
+    state.handles.append(module.register_forward_pre_hook(hook, prepend=True))
+    loss = module(torch.ones(2)).sum()
+    loss.backward()
+""",
         # One store per epoch, between the epochs' steps: no per-step accumulation.
         """
 def fit(model, loader, optimizer, epochs):
