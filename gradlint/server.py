@@ -49,7 +49,7 @@ import click
 from gradlint import __version__, usage_errors
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import PYTHON_SUFFIXES, Discovery
-from gradlint.engine import RuleSet, lint_bytes, selectable_codes
+from gradlint.engine import UNUSED_NOQA, RuleSet, lint_bytes, selectable_codes
 from gradlint.findings import Applicability, Edit, Finding, Severity
 from gradlint.fixes import SourceLines
 from gradlint.registry import all_rules, rule_by_code
@@ -133,8 +133,9 @@ def _stamp(config: Path | None) -> tuple[int, int] | None:
 
 def lint_document(text: str, path: Path | None, projects: Projects) -> DocumentLint:
     """Lint one document's text as `gradlint check` would lint the file at `path` holding it
-    (None: a document with no file yet). The one place the server lints: the project index,
-    when it lands, is passed on from here to the engine."""
+    (None: a document with no file yet). The one place the server lints. The engine's project
+    index reads the modules the document imports from disk, and reads again those edited since
+    (Project.refresh): other open documents count as saved."""
     try:
         project = projects.for_path(path)
     except ConfigError as error:
@@ -318,6 +319,8 @@ def create_server():
             code=finding.code,
             code_description=types.CodeDescription(href=url) if url else None,
             source=SOURCE,
+            # An unused noqa is dead text: editors fade it, as they do ruff's RUF100.
+            tags=[types.DiagnosticTag.Unnecessary] if finding.code == UNUSED_NOQA[0] else None,
         )
 
     def publish(uri: str, version: int | None, lint: DocumentLint | None) -> None:

@@ -460,6 +460,7 @@ if pytest_lsp is not None:
             await asyncio.sleep(0.01)
         (diagnostic,) = [d for d in editor.diagnostics[uri] if d.code == "GL002"]
         assert diagnostic.message == "unused `noqa` for GL101; remove it"
+        assert list(diagnostic.tags) == [types.DiagnosticTag.Unnecessary]  # faded, as ruff's RUF100
         line = text.splitlines()[8]
         assert (diagnostic.range.start.line, diagnostic.range.start.character) == (8, line.index("#"))
         actions = await editor.text_document_code_action_async(types.CodeActionParams(
