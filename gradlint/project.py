@@ -292,8 +292,12 @@ class Project:
                  build_model: Callable[[cst.Module, str, str, "Project"], ModuleModel] | None = None):
         self.max_bytes = max_bytes
         self._build = build_model
-        self._roots: list[str] = []
-        self._modules: dict[str, ModuleFacts | None] = {}  # dotted name -> facts (None: not the project's)
+        # Where the current file's imports are looked for: its own root, and its project's top
+        # directory and `src/`. Modules are kept per set of roots: two projects checked in one run
+        # (or open in one editor) each have their `utils.meters`, and neither may answer for the other.
+        self._roots: tuple[str, ...] = ()
+        # (roots, dotted name) -> facts (None: not the project's)
+        self._modules: dict[tuple[tuple[str, ...], str], ModuleFacts | None] = {}
         self._under_way: set[str] = set()
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
@@ -310,11 +314,7 @@ class Project:
         top = _project_top(root)
         if top is not None:
             roots += [top, os.path.join(top, "src")]
-        for candidate in roots:
-            if candidate not in self._roots and os.path.isdir(candidate):
-                self._roots.append(candidate)
-                # A module once not found may be found under a new root.
-                self._modules = {k: v for k, v in self._modules.items() if v is not None}
+        self._roots = tuple(dict.fromkeys(r for r in roots if os.path.isdir(r)))
         self.anchor = os.path.dirname(os.path.abspath(path))
         self.consulted = {}
         self._under_way = {dotted}
@@ -332,8 +332,8 @@ class Project:
                 if path not in stale and stale.intersection(module.depends):
                     stale.add(path)
                     changed = True
-        if stale:
-            self._modules = {k: v for k, v in self._modules.items() if v is not None and v.path not in stale}
+        # A module not found before may have been created since: looked for again, as are the stale.
+        self._modules = {k: v for k, v in self._modules.items() if v is not None and v.path not in stale}
 
     def _loaded(self) -> dict[str, ModuleFacts]:
         return {module.path: module for module in self._modules.values() if module is not None}
@@ -507,10 +507,11 @@ class Project:
     # ----- modules ----------------------------------------------------------------------------
 
     def module(self, dotted: str) -> ModuleFacts | None:
-        if dotted in self._modules:
-            found = self._modules[dotted]
+        key = (self._roots, dotted)
+        if key in self._modules:
+            found = self._modules[key]
         else:
-            found = self._modules[dotted] = self._load(dotted)
+            found = self._modules[key] = self._load(dotted)
         if found is not None:
             self._note(found)
         return found

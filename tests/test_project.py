@@ -123,3 +123,21 @@ def test_findings_that_rest_on_another_file_name_it():
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
     assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
+
+
+def test_two_projects_in_one_run_each_read_their_own_modules(tmp_path: Path):
+    """Two projects with a package of the same name, checked in one process in either order:
+    each file's imports resolve in its own project (they once resolved in whichever project was
+    read first, so the findings depended on the order of the paths)."""
+    from gradlint.check import CheckRequest, run_check
+
+    for name, kept in (("leaky", "value * n"), ("clean", "float(value) * n")):
+        project = tmp_path / name
+        shutil.copytree(PROJECTS / "meters", project)
+        (project / "pyproject.toml").write_text("[tool.gradlint]\n")
+        meters = project / "app" / "utils" / "meters.py"
+        meters.write_text(meters.read_text().replace("self.sum += value * n", f"self.sum += {kept}"))
+    for order in (("leaky", "clean"), ("clean", "leaky")):
+        result = run_check(CheckRequest(paths=[tmp_path / name for name in order], jobs=1, no_cache=True))
+        meter = {Path(f.path).relative_to(tmp_path).parts[0] for f in result.findings if "meter.update()" in f.message}
+        assert meter == {"leaky"}, order
