@@ -16,7 +16,7 @@ import libcst as cst
 from gradlint import torch_api as api
 from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value
-from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker,
+from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, helper_arguments,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import trained_and_emptied, trained_names
@@ -258,16 +258,9 @@ class FileModel:
         if found is None:
             return None
         model, function, module = found
-        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
-        bound = {p.name.value: UNKNOWN for p in _all_params(function)}
-        positional = [(a, v) for a, v in args if a.keyword is None and not a.star]
-        for (arg, value), param in zip(positional, params):
-            bound[param] = value.with_(module_class=None) if value.module_class else value
-        for arg, value in args:
-            if arg.keyword is not None and arg.keyword.value in bound:
-                bound[arg.keyword.value] = value.with_(module_class=None) if value.module_class else value
-        uses = model.prescan(function).tensor_uses  # what the caller could not tell, its use may
-        bound.update({p: Val(Kind.TENSOR) for p, v in bound.items() if v.kind is Kind.UNKNOWN and p in uses})
+        # Its classes are not this file's: a value that names one would be looked up there.
+        given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
+        bound = helper_arguments(function, given, model.prescan(function).tensor_uses)
         self.project.calls_under_way += 1
         try:
             with self.project.asking(module):

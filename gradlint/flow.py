@@ -445,6 +445,21 @@ class _Iteration:
     branches: list[set[str]] = field(default_factory=list)
 
 
+def helper_arguments(function: cst.FunctionDef, args, tensor_uses: set[str]) -> dict[str, Val]:
+    """A ctx helper's parameters bound to a call's arguments (`_stash(ctx, out)`): by position,
+    then by keyword; what the caller could not tell, the helper's own use may (`edge_index.size(1)`
+    in it makes edge_index a tensor). The same for a helper of this file and of another module."""
+    params = [p.name.value for p in function.params.params]
+    bound: dict[str, Val] = {p: UNKNOWN for p in params}
+    for (arg, value), param in zip([(a, v) for a, v in args if a.keyword is None and a.star == ""], params):
+        bound[param] = value
+    for arg, value in args:
+        if arg.keyword is not None and arg.keyword.value in bound:
+            bound[arg.keyword.value] = value
+    bound.update({p: Val(Kind.TENSOR) for p, v in bound.items() if v.kind is Kind.UNKNOWN and p in tensor_uses})
+    return bound
+
+
 class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
 
@@ -1420,16 +1435,7 @@ class Walker:
         is_closure = function.name.value in self.nested_defs
         if not passes_ctx and not is_closure:
             return
-        params = [p.name.value for p in function.params.params]
-        bound: dict[str, Val] = {p: UNKNOWN for p in params}
-        for (arg, value), param in zip([(a, v) for a, v in args if a.keyword is None and a.star == ""], params):
-            bound[param] = value
-        for arg, value in args:
-            if arg.keyword is not None and arg.keyword.value in bound:
-                bound[arg.keyword.value] = value
-        # What the caller could not tell, the helper's own use may: `edge_index.size(1)` in it.
-        uses = self.model.prescan(function).tensor_uses
-        bound.update({p: Val(Kind.TENSOR) for p, v in bound.items() if v.kind is Kind.UNKNOWN and p in uses})
+        bound = helper_arguments(function, args, self.model.prescan(function).tensor_uses)
         child = Walker(self.walk, function, depth=self.depth + 1,
                        enclosing={**self.enclosing, **self.env} if is_closure else None,
                        nested_defs=self.nested_defs if is_closure else None)
