@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from . import signals
 from .runner import Run, StepError
+from .stride import DENSE_SETTLE
 from .verdict import Verdict, growing, keeps_climbing, leak_start, levelled_off, robust_slope, survivor_spread
 
 
@@ -33,6 +34,8 @@ class Decision:
     # When a step failed: the verdict of the steps measured before it, and why.
     measured_verdict: Verdict | None = None
     measured_reason: str = ""
+    # Judged on the steps from this one only: every step tracked from a little before (judged()).
+    judged_from: int | None = None
 
 
 def _failed(error: StepError, measured: Decision | None) -> Decision:
@@ -51,8 +54,25 @@ def _failed(error: StepError, measured: Decision | None) -> Decision:
                    steps_to_oom=None if error.out_of_memory else measured.steps_to_oom)
 
 
+def judged(run: Run) -> Run:
+    """The run as it is judged: one whose stride gave way to every step (stride.densify) is
+    judged on the steps tracked every step, after DENSE_SETTLE of them settled like a warm-up,
+    when at least 4 steps and 2 collections are left there; else as it ran."""
+    if run.dense_from is None:
+        return run
+    warmup = run.dense_from - 1 + DENSE_SETTLE
+    if run.steps_done - warmup < 4 or sum(1 for c in run.collections if c.step > warmup) < 2:
+        return run
+    survivors = [r for r in run.survivors if r.step > warmup]
+    return replace(run, warmup=warmup, track_every=1, dense_from=None, survivors=survivors,
+                   survivor_steps={r.step for r in survivors}, survivor_bytes=sum(r.nbytes for r in survivors))
+
+
 def decide(run: Run, device: str) -> Decision:
     """The verdict on a run's series, with its evidence; no holder is named here."""
+    view = judged(run)
+    if view is not run:
+        return replace(decide(view, device), judged_from=view.warmup + 1)
     if run.error is None:
         return _decide(run, device)
     return _failed(run.error, _decide(run, device) if run.steps_done > run.warmup else None)
@@ -178,7 +198,8 @@ def _decide(run: Run, device: str) -> Decision:
         if level is not None:
             # With a stride only the tracked steps' tensors are counted: the rise is theirs.
             whose = "live tensors" if run.track_every == 1 else \
-                f"live tensors of the tracked steps (1 in {run.track_every}; --track-every 1 counts all)"
+                f"live tensors of the tracked steps (1 in {run.track_every}" + (
+                    f", all from step {run.dense_from})" if run.dense_from else "; --track-every 1 counts all)")
             reason = (f"{whose} grew by {series[-1].live_after - series[0].live_after:,} B after warm-up, then "
                       f"stayed level from step {series[level].step} to {series[-1].step}: bounded (a cache, a buffer "
                       "or optimizer state that filled), not a leak")

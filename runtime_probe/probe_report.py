@@ -48,6 +48,8 @@ class ProbeReport:
     rank: int | None = None  # the torchrun rank (RANK) that measured this, when there is one
     # int64 tensors a step saves for backward (GL301's runtime side), per Function, biggest first.
     saved_indices: list = field(default_factory=list)
+    # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
+    dense_from: int | None = None
     run: Run | None = field(default=None, repr=False)
 
     @property
@@ -77,6 +79,7 @@ def report_dict(report: ProbeReport) -> dict:
         "warmup": report.warmup,
         "gc_every": report.gc_every,
         "track_every": report.track_every,
+        "dense_from": report.dense_from,
         "device": report.device,
         "steps_to_oom": report.steps_to_oom,
         "step_peak_bytes": report.step_peak_bytes,

@@ -24,7 +24,8 @@ def report_text(report: ProbeReport) -> str:
     rank = f" [rank {report.rank}]" if report.rank is not None else ""
     lines = [f"gradlint probe: {report.name}{rank} ({report.steps_done}/{report.steps_requested} steps, "
              f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every}"
-             + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "") + ")"]
+             + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "")
+             + (f", every step from step {report.dense_from} (growth seen)" if report.dense_from else "") + ")"]
     if report.interrupted:
         by = f" by {report.interrupted_by}" if report.interrupted_by else ""
         lines.append(f"  interrupted{by} after step {report.steps_done}: a partial report")
@@ -61,9 +62,12 @@ def report_text(report: ProbeReport) -> str:
         lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
         for site in h.created_at[:3]:
             lines.append(f"    created at {site}")
-    tracked = f" ({report.tracked_step_ms:.2f} ms when tracked)" if report.track_every > 1 else ""
-    lines.append(f"  step: median {report.median_step_ms:.2f} ms under the probe{tracked}, "
-                 f"{human_bytes(report.step_peak_bytes)} allocated above its start at peak")
+    if report.steps_done:
+        # With no step run there is no step time or peak to show: "median 0.00 ms, 0 B" read as
+        # a measured empty step.
+        tracked = f" ({report.tracked_step_ms:.2f} ms when tracked)" if report.track_every > 1 else ""
+        lines.append(f"  step: median {report.median_step_ms:.2f} ms under the probe{tracked}, "
+                     f"{human_bytes(report.step_peak_bytes)} allocated above its start at peak")
     return "\n".join(lines) + "\n"
 
 
@@ -117,7 +121,8 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
         line, = ax.plot([s for s, _ in points], [(b - base) / 1024 for _, b in points], lw=max(0.8, 3.6 - 0.35 * index),
                         ls=styles[index % len(styles)], alpha=0.85,
                         label=f"{report.name} ({report.verdict.value}"
-                              + (f", 1 step in {report.track_every} tracked" if report.track_every > 1 else "") + ")")
+                              + (f", 1 step in {report.track_every} tracked" if report.track_every > 1 else "")
+                              + (f", all from step {report.dense_from}" if report.dense_from else "") + ")")
         cs = run.collections
         ax.plot([c.step for c in cs], [(c.live_after - base) / 1024 for c in cs], markers[index % len(markers)],
                 ms=4, mfc="none", color=line.get_color())

@@ -72,6 +72,8 @@ class Run:
     gc_frozen_before: int = 0  # gc.get_freeze_count() then: objects a framework froze
     # int64 tensors the sampled steps saved for backward (saved.py), biggest first.
     saved_indices: list[SavedIndex] = field(default_factory=list)
+    # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
+    dense_from: int | None = None
     _tracked_upto: list[int] = field(default_factory=lambda: [0], repr=False)  # [i]: tracked among steps 1..i
 
     @property
@@ -208,6 +210,11 @@ class Measurement:
                 self._attributed_reclaim = True
             else:
                 _collect(tracker, run, i)
+            if plan.may_densify(i + 1) and _growth_seen(run, tracker, i):
+                # Evidence of a leak with one step in K tracked: every step from now on, so one
+                # that lands on some steps only is sampled on all of them (stride.py).
+                plan.densify(i + 1)
+                run.dense_from = i + 1
         return i >= self.steps
 
     def fail(self, exc: BaseException) -> None:
@@ -336,6 +343,21 @@ def _newest_regrown(tracker: LiveStorageTracker, run: Run, last: int) -> Storage
         return None
     biggest = max(newest, key=lambda r: r.nbytes)
     return biggest if biggest.op.split(".")[0] in _CONCATENATING else None
+
+
+def _growth_seen(run: Run, tracker: LiveStorageTracker, step: int) -> bool:
+    """Whether the collection just made after step `step` saw what a leak leaves: tracked storages
+    it freed (a cycle), a storage a measured step made two or more steps before alive after it,
+    or more graph nodes held than at the collection before (a clean step's last loss holds the
+    same graph at every collection)."""
+    last = run.collections[-1]
+    if last.live_before > last.live_after:
+        return True
+    before = [c for c in run.collections[:-1] if c.step > run.warmup]
+    if before and last.graph_nodes > before[-1].graph_nodes:
+        return True
+    return any(run.warmup < record.step <= step - 2 and record.nbytes and record() is not None
+               for record in list(tracker.records.values()))
 
 
 def _collect(tracker: LiveStorageTracker, run: Run, step: int) -> None:

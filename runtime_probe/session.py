@@ -36,7 +36,7 @@ import statistics
 
 from . import signals, threads
 from .attribute import name_holders
-from .decide import Decision, decide
+from .decide import Decision, decide, judged
 from .probe_report import ProbeReport
 from .runner import Measurement, Run
 from .verdict import Verdict
@@ -130,7 +130,8 @@ class StepProbe:
                 run = measurement.close()
                 decision = decide(run, self.device)
                 if self.attribute:
-                    holders = name_holders(decision, run, measurement.tracker)
+                    # Named from the same steps the verdict was judged on.
+                    holders = name_holders(decision, judged(run), measurement.tracker)
             except KeyboardInterrupt as stop:
                 # A stop during the final analysis: the series so far, judged without holders.
                 measurement.interrupt(stop)
@@ -165,7 +166,7 @@ def _report(run: Run, decision: Decision, holders: list, name: str, device: str,
         cuda_bytes_per_step=decision.cuda_bytes_per_step, holders=holders, error=run.error,
         measured_verdict=decision.measured_verdict, measured_reason=decision.measured_reason,
         interrupted=run.interrupted, interrupted_by=run.interrupted_by, notes=notes, rank=rank, run=run,
-        saved_indices=list(run.saved_indices))
+        saved_indices=list(run.saved_indices), dense_from=run.dense_from)
 
 
 def _notes(run: Run, decision: Decision) -> list[str]:
@@ -183,6 +184,11 @@ def _notes(run: Run, decision: Decision) -> list[str]:
     if Verdict.DELAYED_FREE in verdicts and run.gc_enabled_before:
         notes.append("delayed-free: the automatic collector frees these cycles, late; with gc.disable() "
                      "or gc.freeze() (some frameworks do) they stay")
+    if run.dense_from is not None:
+        judged_on = (f"judged on the steps from step {decision.judged_from}" if decision.judged_from else
+                     "judged on every step measured (too few left after it)")
+        notes.append(f"with 1 step in {run.track_every} tracked a collection saw growth: every step was tracked "
+                     f"from step {run.dense_from} on, and the run {judged_on}")
     saved = sum(s.bytes_per_step for s in run.saved_indices)
     if saved >= SAVED_INDEX_NOTE_BYTES:
         from .attribute import display_path

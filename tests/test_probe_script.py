@@ -76,6 +76,7 @@ def test_a_script_that_never_steps_is_not_measured_and_exits_3():
     assert result.exit_code == 3, result.output
     assert "verdict: not-measured" in result.output and "no step ran (0 of 60)" in result.output
     assert "no optimizer stepped and backward ran fewer than twice" in result.output
+    assert "step: median" not in result.output and "0 B allocated" not in result.output  # no step ran
 
 
 def test_a_script_that_raises_is_an_error_at_its_line_and_exits_1():

@@ -67,6 +67,20 @@ def test_finish_with_no_step_at_all():
     report = StepProbe(steps=10, device="cpu").finish()
     assert report.verdict is Verdict.NOT_MEASURED and report.steps_done == 0
     assert "no step ran" in report.reason
+    # No step time or peak is shown for steps that never ran ("median 0.00 ms, 0 B" read as measured).
+    text = render_text(report)
+    assert "step:" not in text and "ms under the probe" not in text, text
+    # A first step that raised ran no measured step either: its line says where it raised.
+    probe = StepProbe(steps=10, device="cpu")
+    probe.step_started()
+    probe.step_failed(ValueError("bad batch"))
+    failed = render_text(probe.finish())
+    assert "step 1 raised at" in failed and "ms under the probe" not in failed, failed
+    # Once a step ran, its time is shown, also within warm-up.
+    probe = StepProbe(steps=10, device="cpu")
+    probe.step_started()
+    probe.step_finished()
+    assert "step: median" in render_text(probe.finish())
 
 
 def test_a_failed_step_gives_an_error_verdict_over_the_steps_before_it():

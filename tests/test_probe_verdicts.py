@@ -118,3 +118,31 @@ def test_an_allocator_that_grows_while_allocated_memory_does_not_is_its_own_verd
 ])
 def test_no_allocator_verdict_without_its_evidence(reserved, allocated, device):
     assert decide(_cuda_run(reserved, allocated), device).verdict is Verdict.CLEAN
+
+
+def test_the_slope_of_a_long_series_takes_bounded_memory_and_stays_robust():
+    import statistics
+    import tracemalloc
+
+    from gradlint.runtime_probe.verdict import MAX_SLOPE_POINTS, robust_slope
+
+    def exact(xs, ys):
+        return statistics.median((ys[j] - ys[i]) / (xs[j] - xs[i])
+                                 for i in range(len(xs)) for j in range(i + 1, len(xs)))
+
+    # Up to MAX_SLOPE_POINTS points it is Theil-Sen over all pairs.
+    xs = list(range(0, 10 * MAX_SLOPE_POINTS, 10))
+    ys = [(x * 7919) % 101 + 3 * x for x in xs]
+    assert robust_slope(xs, ys) == exact(xs, ys)
+    # 1000 collections (10000 steps at gc every 10): a 4 B/step rise with two one-off spikes still reads
+    # 4 B/step, and the pairs it is taken over stay few (all 499500 of them took 16 MB).
+    xs = list(range(10, 10010, 10))
+    ys = [4 * x + (1 << 20 if x in (500, 5000) else 0) for x in xs]
+    tracemalloc.start()
+    try:
+        slope = robust_slope(xs, ys)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert slope == pytest.approx(4.0)
+    assert peak < 2_000_000, peak
