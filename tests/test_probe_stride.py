@@ -300,36 +300,18 @@ def test_with_a_chosen_stride_a_clean_step_keeps_it_and_a_stride_asked_for_is_ke
     assert sum(asked.run.step_tracked[10:]) < 25
 
 
-EPOCH_LOSSES = """
-import torch
-from torch import nn
-
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-batches = [(torch.randn(16, 8), torch.randn(16, 1)) for _ in range(6)]
-epoch_losses = []
-for epoch in range(200):
-    for x, y in batches:
-        loss = nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        epoch_losses.append(loss)
-    epoch_losses.clear()
-"""
+# The held-out clean-but-tricky script: losses kept for an epoch of 6 steps, then cleared.
+EPOCH_LOSSES = Path(__file__).parent / "heldout_probe" / "train_epoch_losses_cleared.py"
 
 
-def test_once_every_step_is_tracked_the_run_is_judged_on_those_steps(chosen_stride_of_10, tmp_path):
+def test_once_every_step_is_tracked_the_run_is_judged_on_those_steps(chosen_stride_of_10):
     # Losses (graph attached) kept for an epoch of 6 steps, then cleared: bounded. One step in 8
     # tracked held one epoch's graph or none, every step tracked holds up to six: judged over the
     # whole run that read "retained" (43 B/step since step 145); judged on the steps after the
     # switch and DENSE_SETTLE more, it is level.
     from gradlint.runtime_probe.script import run_script
 
-    script = tmp_path / "train_epochs.py"
-    script.write_text(EPOCH_LOSSES)
-    report = run_script(str(script), [], steps=150, device="cpu").report
+    report = run_script(str(EPOCH_LOSSES), [], steps=150, device="cpu").report
     assert report.track_every == (150 - 10 - 2) // MIN_TRACKED and report.dense_from is not None
     assert report.verdict is Verdict.CLEAN, report.reason
     first = report.dense_from + DENSE_SETTLE
