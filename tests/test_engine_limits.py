@@ -127,6 +127,27 @@ def test_positions_are_computed_only_for_the_statements_that_hold_findings(monke
     assert covered and max(covered) < 200  # the class alone, not the 40,000 elements
 
 
+def test_a_finding_in_one_method_of_a_large_class_places_that_method_only(monkeypatch):
+    # Was: the whole class (2.5 s for a method of torch's 11,000-line distributed_test.py).
+    table = "        TABLE = [" + ", ".join(["1"] * 5_000) + "]\n"
+    padding = "".join(f"\n    def helper_{index}(self):\n{table}" for index in range(4))
+    source = FUNCTION.replace("    @staticmethod\n    def backward", padding.lstrip("\n") + "\n    @staticmethod\n    def backward")
+    covered: list[int] = []
+    resolve = MetadataWrapper.resolve
+
+    def counting(self, provider):
+        found = resolve(self, provider)
+        covered.append(len(found))
+        return found
+
+    monkeypatch.setattr(MetadataWrapper, "resolve", counting)
+    result = lint_source(source, "big_class.py", RULESET)
+    assert [(f.code, f.line, f.column) for f in result.findings] == [("GL101", 7, 9)]
+    assert covered and max(covered) < 200  # forward and the class header, not 20,000 elements
+    monkeypatch.setattr(engine, "_positions", lambda module, tree, source, hits: MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
+    assert lint_source(source, "big_class.py", RULESET).findings == result.findings
+
+
 def test_positions_by_statement_agree_with_positions_of_the_whole_module(monkeypatch):
     whole = lambda module, tree, source, hits: MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)  # noqa: E731
     root = Path(__file__).parent
