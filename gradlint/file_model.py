@@ -649,9 +649,17 @@ class FileModel:
             return Val(Kind.MODULE, module_class=self._instances[name])
         if self._instances.get(name) in self._plain_class_names:  # `meter = Meter()`: its methods are walked
             return Val(module_class=self._instances[name])
-        if looks_like_module(name):
+        if looks_like_module(name) and not self._names_a_def(name):
             return Val(Kind.MODULE)
         return UNKNOWN
+
+    def _names_a_def(self, name: str) -> bool:
+        """A def of this file, or one imported from another module of the project: called, it
+        runs its body (walked where it can be), it is not a module called for its output."""
+        if name in self.functions:
+            return True
+        qualified = self.imports.aliases.get(name)
+        return qualified is not None and self.project is not None and self.project.is_def(qualified)
 
     # ----- walks ------------------------------------------------------------------------------
 

@@ -443,6 +443,13 @@ class Project:
             return None
         return model, model.functions[found.name], found.module
 
+    def is_def(self, qualified: str) -> bool:
+        """Whether `qualified` names a top-level def of a project module (read from its symbols,
+        nothing parsed): a function, whatever its name suggests (`unwrap_model` is no module)."""
+        found = self.resolve(qualified)
+        symbols = found.module.symbols if found is not None and found.name else None
+        return symbols is not None and not symbols.statements[found.name].is_class
+
     def method(self, qualified_class: str, name: str) -> tuple[ModuleModel, cst.FunctionDef, object, ModuleFacts] | None:
         """A method of a top-level class of another module (its own or a base's of that module),
         with a model of that module and the class as the model describes it."""

@@ -105,12 +105,12 @@ def test_findings_that_rest_on_another_file_name_it():
         "l2_penalty() (pkg/losses.py:8) gives a graph; appended to penalties")
     assert messages[("trainer", "net.py", 14)].startswith(
         "self.last_hidden keeps a step's graph until the next: Net is an nn.Module by BaseModel (base.py:4)")
-    assert messages[("meters", "train.py", 15)].startswith(
+    assert messages[("meters", "train.py", 16)].startswith(
         "total chains every step's graph onto itself: regression_loss() (utils/losses.py:4) gives a graph")
-    assert "onto meter.sum (utils/meters.py:11)" in messages[("meters", "train.py", 19)]
-    assert messages[("meters", "train.py", 20)].startswith(
-        "history.add() (utils/meters.py:24) keeps a graph-attached tensor in history.values")
+    assert "onto meter.sum (utils/meters.py:11)" in messages[("meters", "train.py", 20)]
     assert messages[("meters", "train.py", 21)].startswith(
+        "history.add() (utils/meters.py:24) keeps a graph-attached tensor in history.values")
+    assert messages[("meters", "train.py", 22)].startswith(
         "remember() (utils/meters.py:28) keeps a graph-attached tensor in SEEN")
     assert messages[("ctx_helper", "scatter.py", 9)].startswith(
         "stash_inputs() (helpers.py:4) keeps tensors on ctx.src, ctx.index")
