@@ -50,6 +50,7 @@ class ProbeReport:
     saved_indices: list = field(default_factory=list)
     # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
     dense_from: int | None = None
+    dense_gc_every: int | None = None  # the collections' interval from dense_from on
     run: Run | None = field(default=None, repr=False)
 
     @property
@@ -80,6 +81,7 @@ def report_dict(report: ProbeReport) -> dict:
         "gc_every": report.gc_every,
         "track_every": report.track_every,
         "dense_from": report.dense_from,
+        "dense_gc_every": report.dense_gc_every,
         "device": report.device,
         "steps_to_oom": report.steps_to_oom,
         "step_peak_bytes": report.step_peak_bytes,

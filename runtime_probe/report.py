@@ -25,7 +25,9 @@ def report_text(report: ProbeReport) -> str:
     lines = [f"gradlint probe: {report.name}{rank} ({report.steps_done}/{report.steps_requested} steps, "
              f"{report.warmup} warm-up, {report.device}, gc every {report.gc_every}"
              + (f", tracking 1 step in {report.track_every}" if report.track_every > 1 else "")
-             + (f", every step from step {report.dense_from} (growth seen)" if report.dense_from else "") + ")"]
+             + (f", every step from step {report.dense_from} (growth seen)" if report.dense_from else "")
+             + (f", gc every {report.dense_gc_every} from then" if report.dense_from and report.dense_gc_every
+                not in (None, report.gc_every) else "") + ")"]
     if report.interrupted:
         by = f" by {report.interrupted_by}" if report.interrupted_by else ""
         lines.append(f"  interrupted{by} after step {report.steps_done}: a partial report")

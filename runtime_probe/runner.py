@@ -74,6 +74,7 @@ class Run:
     saved_indices: list[SavedIndex] = field(default_factory=list)
     # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
     dense_from: int | None = None
+    dense_gc_every: int | None = None  # the collections' interval from dense_from on
     _tracked_upto: list[int] = field(default_factory=lambda: [0], repr=False)  # [i]: tracked among steps 1..i
 
     @property
@@ -214,7 +215,7 @@ class Measurement:
                 # Evidence of a leak with one step in K tracked: every step from now on, so one
                 # that lands on some steps only is sampled on all of them (stride.py).
                 plan.densify(i + 1)
-                run.dense_from = i + 1
+                run.dense_from, run.dense_gc_every = i + 1, plan.dense_interval
         return i >= self.steps
 
     def fail(self, exc: BaseException) -> None:

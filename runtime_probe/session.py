@@ -166,7 +166,8 @@ def _report(run: Run, decision: Decision, holders: list, name: str, device: str,
         cuda_bytes_per_step=decision.cuda_bytes_per_step, holders=holders, error=run.error,
         measured_verdict=decision.measured_verdict, measured_reason=decision.measured_reason,
         interrupted=run.interrupted, interrupted_by=run.interrupted_by, notes=notes, rank=rank, run=run,
-        saved_indices=list(run.saved_indices), dense_from=run.dense_from)
+        saved_indices=list(run.saved_indices), dense_from=run.dense_from,
+        dense_gc_every=run.dense_gc_every)
 
 
 def _notes(run: Run, decision: Decision) -> list[str]:

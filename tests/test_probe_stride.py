@@ -288,6 +288,22 @@ def test_with_a_chosen_stride_a_leak_on_some_steps_is_tracked_on_every_step_once
     assert report.bytes_per_step == pytest.approx(1024 / 5, rel=0.1)
     assert f"tracking 1 step in 10, every step from step {report.dense_from} (growth seen)" in render_text(report)
     assert report.to_dict()["dense_from"] == report.dense_from
+    # The header's gc interval after the switch is the one the collections kept (the last one ends the run).
+    after = [c.step for c in report.run.collections if report.dense_from <= c.step < report.steps_done]
+    assert len(after) >= 6 and {b - a for a, b in zip(after, after[1:])} == {report.dense_gc_every}
+    assert report.to_dict()["dense_gc_every"] == report.dense_gc_every
+    if report.dense_gc_every != report.gc_every:
+        assert f"(growth seen), gc every {report.dense_gc_every} from then)" in render_text(report)
+
+
+def test_after_the_switch_the_header_gives_the_gc_interval_the_collections_kept(chosen_stride_of_10):
+    # Was: the header still read "gc every 40" when the steps judged were collected every 16.
+    report = probe(kept_every(5, 0), steps=200, device="cpu", gc_every=40)
+    assert report.gc_every == 40 and report.dense_from is not None
+    after = [c.step for c in report.run.collections if report.dense_from <= c.step < report.steps_done]
+    assert {b - a for a, b in zip(after, after[1:])} == {report.dense_gc_every} and report.dense_gc_every < 40
+    assert f"gc every 40, tracking 1 step in 10, every step from step {report.dense_from} (growth seen), " \
+           f"gc every {report.dense_gc_every} from then)" in render_text(report)
 
 
 def test_with_a_chosen_stride_a_clean_step_keeps_it_and_a_stride_asked_for_is_kept(chosen_stride_of_10):
