@@ -1243,6 +1243,11 @@ class FileModel:
             self._single_walks[key] = found
         return found
 
+    @property
+    def all_defs(self) -> list[cst.FunctionDef]:
+        """Every def of the file, methods and nested defs too, in source order."""
+        return [function for function, _, _ in self._all_functions]
+
     @cached_property
     def _storing_defs(self) -> set[str]:
         return {f.name.value for f, _, _ in self._all_functions if self.prescan(f).stores}

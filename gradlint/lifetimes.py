@@ -10,6 +10,7 @@ that outlives one training step keeps that step's autograd graph alive; whether 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -175,15 +176,43 @@ def runs_in_forward(model, walk: Walk) -> bool:
 _FACTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _facts_of(model) -> dict:
-    """Each def of the file (and the module's top level) read once, on the first fix asked for."""
+def _facts_of(model) -> "_Facts":
+    """Each def of the file (and the module's top level), read when first asked about."""
     found = _FACTS.get(model)
     if found is None:
-        found = {node: _Uses(node, model.imports) for node in descendants(model.module)
-                 if isinstance(node, cst.FunctionDef)}
-        found[model.module] = _Uses(model.module, model.imports)
-        _FACTS[model] = found
+        found = _FACTS[model] = _Facts(model)
     return found
+
+
+class _Facts(Mapping):
+    """The defs' _Uses by def, each read on first use: a local total's later use reads its own
+    def, the closures in it and what they call, not every def of the file (a 1,000-line script
+    read 150 of them for each lint in the editor); a self attribute or a global reads them all."""
+
+    def __init__(self, model) -> None:
+        self._imports = model.imports
+        self._module = model.module
+        self._nodes = {id(node): node for node in (*model.all_defs, model.module)}
+        self._read: dict[int, _Uses] = {}
+
+    def __getitem__(self, node: cst.CSTNode) -> "_Uses":
+        found = self._read.get(id(node))
+        if found is None:
+            if self._nodes.get(id(node)) is not node:
+                raise KeyError(node)
+            found = self._read[id(node)] = _Uses(node, self._imports)
+        return found
+
+    def __contains__(self, node: object) -> bool:
+        return self._nodes.get(id(node)) is node
+
+    def __iter__(self):
+        # The order of a walk of the tree, as before the reads were made lazy: the first def
+        # with a differentiated use (or an unknown one) is the one a message names.
+        return (node for node in descendants(self._module) if isinstance(node, cst.FunctionDef) or node is self._module)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
 
 class _Uses:
