@@ -32,7 +32,7 @@ from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
 from gradlint.torch_api import is_module_base
-from gradlint.prechecks import dotted as _dotted, training_header
+from gradlint.prechecks import children, dotted as _dotted, training_header, walk
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
@@ -225,7 +225,7 @@ class _Scope:
         only be kept that way."""
         params = self.params - {self.self_name}
         return any(isinstance(node, ast.Name) and node.id in params
-                   for site in self.sites for value in site.values for node in ast.walk(value))
+                   for site in self.sites for value in site.values for node in walk(value))
 
     def may_make_graph_cheaply(self, facts: _FileFacts) -> bool:
         """makes_graph_itself, or an __init__ that puts a module or parameter on self."""
@@ -308,7 +308,7 @@ class _Scope:
                     head, _, attribute = target.partition(".")
                     if head == owner and attribute and "." not in attribute:
                         found[attribute] = found.get(attribute, _NOTHING) | values.kinds(value, derived)
-            for node in ast.walk(self.node):
+            for node in walk(self.node):
                 if not isinstance(node, ast.Call):
                     continue
                 func, args = node.func, node.args
@@ -552,7 +552,7 @@ class _GraphValues:
                     names.add(node.id)
                 elif isinstance(node, ast.Attribute):
                     names.add(_dotted(node))
-                stack.extend(ast.iter_child_nodes(node))
+                stack.extend(children(node))
             names.discard(None)
             found = self._names[id(value)] = frozenset(names)
         return found
@@ -565,7 +565,7 @@ def _bindings(function: ast.AST) -> Iterator[tuple[set[str], ast.expr, bool]]:
     """(names and dotted attributes bound, the value, whether they get something computed from
     it: one element, or the sum of `+=`) for each binding in the function's own body:
     assignments, loop and comprehension targets, `with ... as`, `:=`."""
-    stack = list(ast.iter_child_nodes(function)) if isinstance(function, ast.Module) else list(function.body)
+    stack = list(children(function)) if isinstance(function, ast.Module) else list(function.body)
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -582,7 +582,7 @@ def _bindings(function: ast.AST) -> Iterator[tuple[set[str], ast.expr, bool]]:
             yield _bound_names(node.target), node.iter, True
         elif kind is ast.withitem and node.optional_vars is not None:
             yield _bound_names(node.optional_vars), node.context_expr, False
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(children(node))
 
 
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -601,7 +601,7 @@ def _backward_roots(function: ast.AST) -> set[str]:
     """The names `x.backward()` and `torch.autograd.backward(x)` / `grad(x)` are computed from
     (prescan's backward_roots): flow makes each graph-attached where it is bound."""
     roots: set[str] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -798,7 +798,7 @@ class _FileFacts:
             handler(self, node, scope, loops)
 
     def _children(self, node: ast.AST, scope: _Scope, loops: tuple[ast.stmt, ...]) -> None:
-        for child in ast.iter_child_nodes(node):
+        for child in children(node):
             handler = _HANDLERS.get(type(child))
             if handler is None:
                 self._children(child, scope, loops)
