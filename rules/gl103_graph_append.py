@@ -84,7 +84,10 @@ count too: the caller loops. What a module's forward keeps on itself counts as g
 when it is read back from an instance of that class in the same file
 (`history.append(model.last_logits)` after `self.last_logits = logits`). A store into one fixed
 slot (`last["loss"] = loss`) replaces the previous step's value and is reported as a warning: it
-holds one step's graph, not all of them.
+holds one step's graph, not all of them. Only in a file that shows training: a `.backward(`,
+`autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
+`loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
+helpers usually called under `no_grad`) nothing is reported.
 
 ## Why is this bad?
 Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd

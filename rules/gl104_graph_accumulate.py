@@ -31,7 +31,9 @@ not reported. A reset per epoch (outside the loop around the update) or a first-
 initialisation (`if total is None:`, `if not hasattr(self, "total"):`) is none: still an error.
 A meter of another module of the project (`meter.update(loss)`, whose `update` does
 `self.sum += value * n`) chains onto the meter: reported at the call, with the line of that
-method in the message, unless the meter is made afresh on every step.
+method in the message, unless the meter is made afresh on every step. Only in a file that shows
+training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
+criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported.
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly

@@ -630,3 +630,19 @@ def test_a_call_outside_any_step_skips_libcst(code, source, monkeypatch):
 ], ids=["aliased_call", "subclass", "init_call", "private_binding", "only_a_mention"])
 def test_gl207_precheck_needs_a_hook_registration(source, expected):
     assert _rule("GL207").precheck(ast.parse(source)) is expected
+
+
+def test_spliced_training_code_shows_no_finding_a_precheck_turned_away():
+    # bench/precheck_fuzz.py at a size CI affords (about 10 s): statements of the corpus and the
+    # examples spliced into their training functions, each variant linted with the prechecks and
+    # with the analysis alone. Run it on the real-world corpus with --files 6000 for the long trial.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "precheck_fuzz.py"), "--files", "250", "--seed", "3",
+                          "--training", "--source", str(REPO / "tests" / "corpus"), "--source", str(REPO / "examples")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    summary = run.stdout.splitlines()[0]
+    assert summary.startswith("250 variants (") and summary.endswith("a gate hid: 0; findings only with the gates: 0")
+    assert int(summary.split("(")[1].split()[0]) >= 100, summary  # the rules had findings to hide
