@@ -207,9 +207,10 @@ class _Facts(Mapping):
         return self._nodes.get(id(node)) is node
 
     def __iter__(self):
-        # The order of a walk of the tree, as before the reads were made lazy: the first def
+        # The order the eager dict had (a walk of the tree, then the top level): the first def
         # with a differentiated use (or an unknown one) is the one a message names.
-        return (node for node in descendants(self._module) if isinstance(node, cst.FunctionDef) or node is self._module)
+        yield from (node for node in descendants(self._module) if isinstance(node, cst.FunctionDef))
+        yield self._module
 
     def __len__(self) -> int:
         return len(self._nodes)
