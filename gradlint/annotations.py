@@ -4,7 +4,9 @@ An annotation is evidence only for what it says: `Tensor` is a tensor, `Optional
 tensor or None (save_for_backward takes None, so as good as a tensor for what ctx keeps),
 `Union[int, Tensor]` either one (unknown), `List[Tensor]` a container of tensors (not a tensor:
 save_for_backward raises TypeError on a list), `int`, `bool`, `torch.dtype` or a class of
-anyone's no tensor.
+anyone's no tensor. `Tensor | tuple[Tensor, Tensor]` is unknown too, but remembers that it is one
+tensor or a container of them (an unknown value whose `item` is a tensor), so an isinstance test
+that tells the two apart (`if isinstance(x, tuple): a, b = x else: a = x`) makes each branch known.
 """
 
 from __future__ import annotations
@@ -100,7 +102,16 @@ def _union(members: list[cst.BaseExpression], imports: ImportTable, depth: int):
     first = kinds[0]
     if all(k.kind is first.kind for k in kinds) and first.kind is not Kind.UNKNOWN:
         return first if first.kind is not Kind.TENSOR else Val(Kind.TENSOR, int64=all(k.int64 for k in kinds))
+    tensors = [k if k.kind is Kind.TENSOR else k.item for k in kinds if k.kind is Kind.TENSOR or tensor_or_tensors(k)
+               or (k.kind is Kind.CONTAINER and k.item is not None and k.item.kind is Kind.TENSOR)]
+    if len(tensors) == len(kinds):  # one tensor or a container of them: see the module's doc
+        return Val(item=Val(Kind.TENSOR, int64=all(t.int64 for t in tensors)))
     return UNKNOWN
+
+
+def tensor_or_tensors(value: Val) -> bool:
+    """The value of a `Tensor | tuple[Tensor, ...]` annotation (see the module's doc)."""
+    return value.kind is Kind.UNKNOWN and value.item is not None and value.item.kind is Kind.TENSOR
 
 
 def isinstance_test(test: cst.BaseExpression) -> tuple[str, cst.BaseExpression, bool, cst.BaseExpression] | None:
@@ -125,11 +136,20 @@ def narrowed(value: Val, types: cst.BaseExpression, positive: bool, imports: Imp
     found = _union([m.value for m in members], imports, 0) if members is not None else _classify(types, imports, 0)
     if found is _NONE or found.kind is Kind.UNKNOWN:
         return None
+    either = tensor_or_tensors(value)
     if positive:
         if found.kind is Kind.TENSOR:
-            return value.with_(kind=Kind.TENSOR) if value.kind is not Kind.TENSOR else value
-        return value.with_(kind=found.kind, graph=False, item=found.item) if found.kind is not value.kind else value
-    # `not isinstance(x, torch.Tensor)`: x is no tensor here; `not isinstance(x, int)` says little.
+            return value.with_(kind=Kind.TENSOR, item=None) if value.kind is not Kind.TENSOR else value
+        if found.kind is not value.kind:
+            # `isinstance(x, tuple)` of a `Tensor | tuple[Tensor, Tensor]`: a container of those tensors
+            item = found.item if found.item is not None or not either or found.kind is not Kind.CONTAINER \
+                else value.item
+            return value.with_(kind=found.kind, graph=False, item=item)
+        return value
+    # `not isinstance(x, torch.Tensor)`: x is no tensor here; `not isinstance(x, int)` says little,
+    # but `not isinstance(x, tuple)` of a `Tensor | tuple[Tensor, Tensor]` leaves the tensor.
     if found.kind is Kind.TENSOR and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
-        return value.with_(kind=Kind.SCALAR, graph=False)
+        return value.with_(kind=Kind.SCALAR, graph=False, item=None)
+    if found.kind is Kind.CONTAINER and either:
+        return value.with_(kind=Kind.TENSOR, item=None, int64=value.item.int64)
     return None

@@ -15,7 +15,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.torch_api import is_module_base
-from gradlint.annotations import annotated_value
+from gradlint.annotations import annotated_value, tensor_or_tensors
 from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, helper_arguments,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
@@ -772,28 +772,37 @@ class FileModel:
     def _pinned(self, function: AutogradFunction, position: int, value: Val) -> Val:
         if value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not value.int64 and self.pinned_by_callers(function, position):
             return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
-        if value.kind is Kind.UNKNOWN and self._callers_declare_tensor(function, position):
-            return value.with_(kind=Kind.TENSOR, is_input=True)
+        if value.kind is Kind.UNKNOWN:
+            declared = self._callers_declare(function, position)
+            if declared is not None:
+                return value.with_(kind=declared.kind, item=declared.item, is_input=True)
         return value
 
-    def _callers_declare_tensor(self, function: AutogradFunction, position: int) -> bool:
-        """Whether every call of the Function's apply in the file passes, at `position`, a
-        parameter of its caller annotated as a tensor (`cu_seqlens: Optional[torch.LongTensor]`)."""
+    def _callers_declare(self, function: AutogradFunction, position: int) -> Val | None:
+        """What every call of the Function's apply in the file passes at `position`, when each
+        passes a parameter of its caller annotated as a tensor (`cu_seqlens: Optional[torch.LongTensor]`):
+        a tensor, or one tensor or a container of them when some annotation says
+        `torch.LongTensor | tuple[torch.LongTensor, torch.LongTensor]`. None: not all of them say so."""
         calls = self.apply_calls(function.name)
         if not calls:
-            return False
+            return None
         around = {id(site.call): site.function for site in self.call_sites}
+        either, int64 = False, True
         for call in calls:
             args = [a for a in call.args if a.keyword is None]
             if any(a.star for a in call.args) or position >= len(args) or not isinstance(args[position].value, cst.Name):
-                return False
+                return None
             caller = around.get(id(call))
             name = args[position].value.value
             declared = next((p for p in _all_params(caller) if p.name.value == name), None) if caller is not None else None
-            if declared is None or declared.annotation is None \
-                    or annotated_value(declared.annotation.annotation, self.imports).kind is not Kind.TENSOR:
-                return False
-        return True
+            found = annotated_value(declared.annotation.annotation, self.imports) \
+                if declared is not None and declared.annotation is not None else UNKNOWN
+            if found.kind is not Kind.TENSOR and not tensor_or_tensors(found):
+                return None
+            either = either or found.kind is not Kind.TENSOR
+            int64 = int64 and (found.int64 if found.kind is Kind.TENSOR else found.item.int64)
+        # A tensor's int64 is pinned_by_callers' to decide; a container's items carry theirs.
+        return Val(item=Val(Kind.TENSOR, int64=int64)) if either else Val(Kind.TENSOR)
 
     def pinned_by_callers(self, function: AutogradFunction, position: int) -> bool:
         """Whether every call of the Function's apply in this file passes, at `position`, an int64

@@ -348,6 +348,24 @@ class BinaryLinear(torch.autograd.Function):
 """, ("ctx.weight = weight",)),
         Invalid("""
 import torch
+class VarlenScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cu_seqlens):
+        if isinstance(cu_seqlens, tuple):
+            cu_q, cu_k = cu_seqlens
+        else:
+            cu_q = cu_k = cu_seqlens
+        ctx.save_for_backward(x)
+        ctx.cu_seqlens = cu_q
+        return x * 2
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+def varlen_scale(x: torch.Tensor, cu_seqlens: torch.Tensor | tuple[torch.Tensor, torch.Tensor]):
+    return VarlenScale.apply(x, cu_seqlens)
+""", ("ctx.cu_seqlens = cu_q",)),
+        Invalid("""
+import torch
 class ExpAndDouble(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
