@@ -17,7 +17,7 @@ from typing import Any, Iterator, Protocol
 import libcst as cst
 
 from gradlint import torch_api as api
-from gradlint.annotations import isinstance_test, narrowed
+from gradlint.annotations import annotated_value, isinstance_test, narrowed
 from gradlint.names import ImportTable, code, dotted
 from gradlint.prescan import Prescan, child_nodes, descendants, target_names
 from gradlint.values import NONE, SCALAR, UNKNOWN, Kind, Val, combine, either, merge, new_binding, tensor, view
@@ -1104,6 +1104,7 @@ class Walker:
                 or self.model.compiled(func.value)
             if local is not None:
                 self._follow(local, e, args)
+                self._declared_by_callee(local, args)
                 if _DETACHING_NAME.search(func.value):
                     return DETACHED
                 returned = UNKNOWN
@@ -1161,6 +1162,22 @@ class Walker:
             self.walk.events.append(replace(store, where=replace(store.where, node=call, loops=where.loops,
                                                                  no_grad=where.no_grad), owner_name=ctx_name,
                                             target=None, through=(callee, at)))
+
+    def _declared_by_callee(self, function: cst.FunctionDef, args) -> None:
+        """`k_update_fwd(k, a, ka, cu_seqlens)` where that def of the file declares `cu_seqlens:
+        torch.Tensor | None`: a name nothing had told about is, from here on, what the def
+        declares it takes (the same evidence as a caller's annotation, _callers_declare)."""
+        params = [*function.params.posonly_params, *function.params.params]
+        bound = list(zip([(a, v) for a, v in args if a.keyword is None and a.star == ""], params))
+        by_name = {p.name.value: p for p in (*params, *function.params.kwonly_params)}
+        bound += [((a, v), by_name[a.keyword.value]) for a, v in args
+                  if a.keyword is not None and a.keyword.value in by_name]
+        for (arg, value), param in bound:
+            if value.kind is Kind.UNKNOWN and isinstance(arg.value, cst.Name) and param.annotation is not None \
+                    and arg.value.value in self.env:
+                if annotated_value(param.annotation.annotation, self.model.imports).kind is Kind.TENSOR:
+                    name = arg.value.value
+                    self.env[name] = self.env[name].with_(kind=Kind.TENSOR)
 
     def _kept_elsewhere(self, call: cst.Call, walks: list, receiver: str | None, at) -> None:
         """What another module's def or method kept past the call, as events of this walk."""

@@ -87,6 +87,21 @@ an existing call and unpacking are the only ones, side by side in their bodies, 
 of the file subclasses this one (its backward would unpack what this forward saves).
 """
     VALID = (
+        # What a def of the file declares it takes says what is passed to it: an int here.
+        """
+import torch
+def scale_fwd(x: torch.Tensor, blocks: int = 1) -> torch.Tensor:
+    return x * blocks
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, blocks=1):
+        out = scale_fwd(x, blocks)
+        ctx.blocks = blocks
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.blocks, None
+""",
         # `bias is not None`, `k in cache`, `not x`, isinstance(...): Python bools whatever x is;
         # a process group and a work handle have `.size()`, which proves nothing; an annotation says
         # what it says (`Union[int, Tensor]` is either one); isinstance narrows inside its branch.
@@ -346,6 +361,20 @@ class BinaryLinear(torch.autograd.Function):
         x, = ctx.saved_tensors
         return grad @ ctx.weight.sign(), grad.t() @ x
 """, ("ctx.weight = weight",)),
+        Invalid("""
+import torch
+def scale_fwd(x: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    return x * 2
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, offsets=None):
+        out = scale_fwd(x, offsets)
+        ctx.offsets = offsets
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+""", ("ctx.offsets = offsets",)),
         Invalid("""
 import torch
 class VarlenScale(torch.autograd.Function):
