@@ -731,10 +731,22 @@ class FileModel:
             declared = declared.with_(module_class=name)
         elif isinstance(annotation, (cst.Name, cst.Attribute)) and self.imports.qualify(annotation) in api.TENSOR_SUBCLASS_ATTRIBUTES:
             declared = declared.with_(module_class=self.imports.qualify(annotation))
+        elif declared.kind is Kind.SCALAR and self.project is not None:
+            # `cp_context: FLACPContext | None` with the class in another module of the project:
+            # its instance, whose declared fields (`cu_seqlens: torch.Tensor | None`) say what they hold.
+            qualified = self._class_annotated(annotation)
+            facts = self.project.class_facts(qualified) if qualified and qualified not in self._class_names else None
+            if facts is not None and facts.kind == "plain":
+                declared = declared.with_(project_class=qualified)
         if declared.kind is Kind.UNKNOWN and declared.module_class is None:
             return value
         return value.with_(kind=declared.kind, int64=declared.int64, item=declared.item,
-                           module_class=declared.module_class)
+                           module_class=declared.module_class, project_class=declared.project_class)
+
+    def imported_class_attribute(self, qualified_class: str, attribute: str) -> Val | None:
+        """What a class of another project module declares an attribute to be (`cu_seqlens:
+        torch.Tensor | None` in a dataclass), as class_attribute reads it there."""
+        return self.project.class_attribute(qualified_class, attribute) if self.project is not None else None
 
     @cached_property
     def _class_names(self) -> set[str]:
@@ -1307,9 +1319,9 @@ class FileModel:
 
     def _annotated_class(self, param: cst.Param) -> str | None:
         """The class a parameter is annotated with, through Optional[...] and `| None`."""
-        if param.annotation is None:
-            return None
-        node = param.annotation.annotation
+        return self._class_annotated(param.annotation.annotation) if param.annotation is not None else None
+
+    def _class_annotated(self, node: cst.BaseExpression) -> str | None:
         if isinstance(node, cst.Subscript) and dotted(node.value) in ("Optional", "typing.Optional") \
                 and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
             node = node.slice[0].slice.value

@@ -46,6 +46,8 @@ class ModuleModel(Protocol):
 
     def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, object] | None: ...
 
+    def class_attribute(self, class_name: str, attribute: str) -> object | None: ...
+
 
 # Re-exports through `__init__` files and aliases chain; a longer chain than this is a cycle or
 # something stranger, and stays unknown.
@@ -449,6 +451,16 @@ class Project:
         found = self.resolve(qualified)
         symbols = found.module.symbols if found is not None and found.name else None
         return symbols is not None and not symbols.statements[found.name].is_class
+
+    def class_attribute(self, qualified_class: str, attribute: str):
+        """What a top-level class of a project module (or a base of it there) declares an attribute
+        to be, as that module's model reads its body; None when it declares nothing."""
+        found = self.resolve(qualified_class)
+        symbols = found.module.symbols if found is not None and found.name else None
+        if symbols is None or not symbols.statements[found.name].is_class:
+            return None
+        model = found.module.model_for(found.name)
+        return model.class_attribute(found.name, attribute) if model is not None else None
 
     def method(self, qualified_class: str, name: str) -> tuple[ModuleModel, cst.FunctionDef, object, ModuleFacts] | None:
         """A method of a top-level class of another module (its own or a base's of that module),
