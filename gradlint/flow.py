@@ -1038,8 +1038,8 @@ class Walker:
             declared = self.model.class_attribute(base.module_class, attr)  # `meta: torch.Tensor` in the class
             if declared is not None:
                 return declared.with_(graph=declared.graph or (declared.is_tensor and base.graph), reads=frozenset(reads))
-        if base.project_class is not None:
-            declared = self.model.imported_class_attribute(base.project_class, attr)
+        if base.declared_class is not None:
+            declared = self.model.imported_class_attribute(base.declared_class, attr)
             if declared is not None:
                 return declared.with_(reads=frozenset(reads))
         if base.module_class is not None and self.model.stores_graph_on_self(base.module_class, attr):

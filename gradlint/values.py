@@ -49,6 +49,9 @@ class Val:
     # An instance of a plain class of another project module, by qualified name (`pkg.utils.meters.AverageMeter`):
     # its methods are walked in that module (FileModel.imported_method).
     project_class: str | None = None
+    # Annotated as this class (qualified), of another module: what its body declares a field to be
+    # is what reading that field gives (FileModel.imported_class_attribute). Nothing else follows.
+    declared_class: str | None = None
     # Where a graph-attached value (or a module) came from when another project module decided
     # it: `l2_penalty() (pkg/losses.py:8)`, `MLP (pkg/layers.py:4)`. For messages only.
     origin: str | None = None
