@@ -142,9 +142,8 @@ def narrowed(value: Val, types: cst.BaseExpression, positive: bool, imports: Imp
             return value.with_(kind=Kind.TENSOR, item=None) if value.kind is not Kind.TENSOR else value
         if found.kind is not value.kind:
             # `isinstance(x, tuple)` of a `Tensor | tuple[Tensor, Tensor]`: a container of those tensors
-            item = found.item if found.item is not None or not either or found.kind is not Kind.CONTAINER \
-                else value.item
-            return value.with_(kind=found.kind, graph=False, item=item)
+            keeps_item = either and found.kind is Kind.CONTAINER and found.item is None
+            return value.with_(kind=found.kind, graph=False, item=value.item if keeps_item else found.item)
         return value
     # `not isinstance(x, torch.Tensor)`: x is no tensor here; `not isinstance(x, int)` says little,
     # but `not isinstance(x, tuple)` of a `Tensor | tuple[Tensor, Tensor]` leaves the tensor.

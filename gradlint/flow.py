@@ -1173,7 +1173,14 @@ class Walker:
         torch.Tensor | None`: a name nothing had told about is, from here on, what the def
         declares it takes (the same evidence as a caller's annotation, _callers_declare)."""
         params = [*function.params.posonly_params, *function.params.params]
-        bound = list(zip([(a, v) for a, v in args if a.keyword is None and a.star == ""], params))
+        # After a `*xs` the positions are unknown: only the arguments before it bind by position.
+        positional = []
+        for arg, value in args:
+            if arg.star:
+                break
+            if arg.keyword is None:
+                positional.append((arg, value))
+        bound = list(zip(positional, params))
         by_name = {p.name.value: p for p in (*params, *function.params.kwonly_params)}
         bound += [((a, v), by_name[a.keyword.value]) for a, v in args
                   if a.keyword is not None and a.keyword.value in by_name]

@@ -87,7 +87,8 @@ an existing call and unpacking are the only ones, side by side in their bodies, 
 of the file subclasses this one (its backward would unpack what this forward saves).
 """
     VALID = (
-        # What a def of the file declares it takes says what is passed to it: an int here.
+        # What a def of the file declares it takes says what is passed to it: an int here (and
+        # after a `*rest`, which parameter gets `blocks` is unknown).
         """
 import torch
 def scale_fwd(x: torch.Tensor, blocks: int = 1) -> torch.Tensor:
@@ -101,6 +102,15 @@ class Scale(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad * ctx.blocks, None
+class Spread(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, rest, blocks=None):
+        out = scale_fwd(*rest, blocks)
+        ctx.blocks = blocks
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.blocks, None, None
 """,
         # `bias is not None`, `k in cache`, `not x`, isinstance(...): Python bools whatever x is;
         # a process group and a work handle have `.size()`, which proves nothing; an annotation says
