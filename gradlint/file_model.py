@@ -738,16 +738,11 @@ class FileModel:
             # lookups for torch's own sources when every annotated name had them, about 3% of the run.
             qualified = self._class_annotated(annotation)
             if qualified and qualified not in self._class_names:
-                declared = declared.with_(declared_class=qualified)
+                declared = declared.with_(module_class=qualified)
         if declared.kind is Kind.UNKNOWN and declared.module_class is None:
             return value
         return value.with_(kind=declared.kind, int64=declared.int64, item=declared.item,
-                           module_class=declared.module_class, declared_class=declared.declared_class)
-
-    def imported_class_attribute(self, qualified_class: str, attribute: str) -> Val | None:
-        """What a class of another project module declares an attribute to be (`cu_seqlens:
-        torch.Tensor | None` in a dataclass), as class_attribute reads it there."""
-        return self.project.class_attribute(qualified_class, attribute) if self.project is not None else None
+                           module_class=declared.module_class)
 
     @cached_property
     def _class_names(self) -> set[str]:
@@ -758,6 +753,10 @@ class FileModel:
         `meta: torch.Tensor` beside the methods; None when it declares nothing."""
         if class_name in api.TENSOR_SUBCLASS_ATTRIBUTES:  # torch's own: `pattern.meta` of a semi-structured tensor
             return Val(Kind.TENSOR) if attribute in api.TENSOR_SUBCLASS_ATTRIBUTES[class_name] else None
+        if class_name not in self._class_names:
+            # Another module's class (a Function's input annotated with it, declared_value): its
+            # module's model reads its body there.
+            return self.project.class_attribute(class_name, attribute) if self.project is not None else None
         declared = self._class_attributes.get(class_name)
         if declared is None:
             declared = {}

@@ -194,6 +194,7 @@ class _Facts(Mapping):
         self._module = model.module
         self._nodes = {id(node): node for node in (*model.all_defs, model.module)}
         self._read: dict[int, _Uses] = {}
+        self._order: list[cst.CSTNode] | None = None
 
     def __getitem__(self, node: cst.CSTNode) -> "_Uses":
         found = self._read.get(id(node))
@@ -209,8 +210,10 @@ class _Facts(Mapping):
     def __iter__(self):
         # The order the eager dict had (a walk of the tree, then the top level): the first def
         # with a differentiated use (or an unknown one) is the one a message names.
-        yield from (node for node in descendants(self._module) if isinstance(node, cst.FunctionDef))
-        yield self._module
+        if self._order is None:  # one walk of the tree, the first time all of them are asked for
+            self._order = [node for node in descendants(self._module) if isinstance(node, cst.FunctionDef)]
+            self._order.append(self._module)
+        return iter(self._order)
 
     def __len__(self) -> int:
         return len(self._nodes)

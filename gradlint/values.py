@@ -45,13 +45,14 @@ class Val:
     elements: tuple["Val", ...] = ()  # a container's known elements, in order
     element_names: tuple[str, ...] = ()  # for named tuples: topk(...).indices
     item: "Val | None" = None  # a container whose elements are unknown in number but alike
-    module_class: str | None = None  # an instance of this file's class of that name (an nn.Module's, or any)
+    # An instance of this file's class of that name (an nn.Module's, or any); or, for a Function's
+    # input annotated with a class of another module, that class by qualified name, whose declared
+    # fields say what reading them gives (FileModel.class_attribute). A field per value costs every
+    # value: 8% of a lint (measured), so the two share one.
+    module_class: str | None = None
     # An instance of a plain class of another project module, by qualified name (`pkg.utils.meters.AverageMeter`):
     # its methods are walked in that module (FileModel.imported_method).
     project_class: str | None = None
-    # Annotated as this class (qualified), of another module: what its body declares a field to be
-    # is what reading that field gives (FileModel.imported_class_attribute). Nothing else follows.
-    declared_class: str | None = None
     # Where a graph-attached value (or a module) came from when another project module decided
     # it: `l2_penalty() (pkg/losses.py:8)`, `MLP (pkg/layers.py:4)`. For messages only.
     origin: str | None = None
