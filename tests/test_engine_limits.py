@@ -109,10 +109,8 @@ def test_three_twelve_syntax_does_not_excuse_an_error_elsewhere():
     assert _codes(result) == ["GL000"]
 
 
-def test_positions_are_computed_only_for_the_statements_that_hold_findings(monkeypatch):
-    # One finding used to cost positions for the whole module: seconds for a 200 KB data literal.
-    data = "TABLE = [" + ", ".join(["1"] * 20_000) + "]\n"
-    source = data + "\n\n# the op\n" + FUNCTION + "\n\n" + data
+def _count_positioned(monkeypatch) -> list[int]:
+    """How many nodes each positions pass of libcst places, one entry per pass."""
     covered: list[int] = []
     resolve = MetadataWrapper.resolve
 
@@ -122,6 +120,19 @@ def test_positions_are_computed_only_for_the_statements_that_hold_findings(monke
         return found
 
     monkeypatch.setattr(MetadataWrapper, "resolve", counting)
+    return covered
+
+
+def _whole_module(module, tree, source, hits):
+    """engine._positions as it was: every node of the module placed."""
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
+def test_positions_are_computed_only_for_the_statements_that_hold_findings(monkeypatch):
+    # One finding used to cost positions for the whole module: seconds for a 200 KB data literal.
+    data = "TABLE = [" + ", ".join(["1"] * 20_000) + "]\n"
+    source = data + "\n\n# the op\n" + FUNCTION + "\n\n" + data
+    covered = _count_positioned(monkeypatch)
     result = lint_source(source, "data.py", RULESET)
     assert [(f.code, f.line, f.column) for f in result.findings] == [("GL101", 11, 9)]
     assert covered and max(covered) < 200  # the class alone, not the 40,000 elements
@@ -132,24 +143,15 @@ def test_a_finding_in_one_method_of_a_large_class_places_that_method_only(monkey
     table = "        TABLE = [" + ", ".join(["1"] * 5_000) + "]\n"
     padding = "".join(f"\n    def helper_{index}(self):\n{table}" for index in range(4))
     source = FUNCTION.replace("    @staticmethod\n    def backward", padding.lstrip("\n") + "\n    @staticmethod\n    def backward")
-    covered: list[int] = []
-    resolve = MetadataWrapper.resolve
-
-    def counting(self, provider):
-        found = resolve(self, provider)
-        covered.append(len(found))
-        return found
-
-    monkeypatch.setattr(MetadataWrapper, "resolve", counting)
+    covered = _count_positioned(monkeypatch)
     result = lint_source(source, "big_class.py", RULESET)
     assert [(f.code, f.line, f.column) for f in result.findings] == [("GL101", 7, 9)]
     assert covered and max(covered) < 200  # forward and the class header, not 20,000 elements
-    monkeypatch.setattr(engine, "_positions", lambda module, tree, source, hits: MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider))
+    monkeypatch.setattr(engine, "_positions", _whole_module)
     assert lint_source(source, "big_class.py", RULESET).findings == result.findings
 
 
 def test_positions_by_statement_agree_with_positions_of_the_whole_module(monkeypatch):
-    whole = lambda module, tree, source, hits: MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)  # noqa: E731
     root = Path(__file__).parent
     checked = 0
     for path in sorted((root / "corpus").rglob("*.py")) + sorted((root.parent / "rules").glob("gl*.py")):
@@ -158,7 +160,7 @@ def test_positions_by_statement_agree_with_positions_of_the_whole_module(monkeyp
         if not by_statement.findings:
             continue
         with monkeypatch.context() as patched:
-            patched.setattr(engine, "_positions", whole)
+            patched.setattr(engine, "_positions", _whole_module)
             by_module = lint_source(source, str(path), RULESET)
         assert by_statement.findings == by_module.findings, path
         checked += 1
