@@ -7,6 +7,10 @@
     trainer.train()
     probe.report.verdict, probe.report.holders    # the report is also printed by the main process
 
+Under DDP (torchrun) each rank probes its own process; the main process prints its report, the
+report of any rank that leaks, and a summary of every rank's verdict (`probe.ranks`), and a leak
+on any rank stops or fails every rank.
+
 Named like transformers' own callbacks (EarlyStoppingCallback, PrinterCallback).
 
 A probed step is one optimizer step, as the Trainer counts them (`state.global_step`): from
@@ -24,6 +28,7 @@ except ImportError:
     raise ImportError("gradlint.integrations.huggingface needs transformers: pip install 'torch-gradlint[hf]'") from None
 
 from gradlint.runtime_probe import LeakError
+from gradlint.runtime_probe.distributed import exchange, other_ranks_leak, rank_zero_text
 from gradlint.runtime_probe.session import StepProbe, render_text
 
 __all__ = ["LeakError", "LeakProbeCallback"]
@@ -57,15 +62,20 @@ class LeakProbeCallback(TrainerCallback):
         self.on_leak = on_leak
         self.stop_when_done = stop_when_done
         self.report = None
+        # Under DDP, every rank's summary entry in rank order (verdict, bytes/step, first holder,
+        # report text); None with one process, or until the probe finishes.
+        self.ranks: list[dict] | None = None
         self._probe: StepProbe | None = None
         self._main_process = True
+        self._rank, self._world = 0, 1
 
     # -- where steps begin and end ---------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.finish()  # an earlier train() that raised inside a probed step (auto_find_batch_size retries)
         device = self.device or ("cuda" if args.device.type == "cuda" else "cpu")
         self._main_process = state.is_world_process_zero
-        self.report = None
+        self._rank, self._world = args.process_index, args.world_size
+        self.report = self.ranks = None
         self._probe = StepProbe(steps=self.steps, warmup=self.warmup, gc_every=self.gc_every,
                                 track_every=self.track_every, device=device,
                                 name=f"{type(model).__name__} (Trainer.train)" if model is not None else "Trainer.train",
@@ -101,9 +111,19 @@ class LeakProbeCallback(TrainerCallback):
 
     def _conclude(self, control) -> None:
         report = self.finish()
-        if report.is_leak and self.on_leak == "raise":
+        text = render_text(report)
+        # Every rank finishes at the same optimizer step: one collective gives rank 0 every rank's
+        # verdict, and a leak on any rank stops or fails them all (one rank stopping alone would
+        # leave the others waiting in its all-reduce).
+        self.ranks = exchange(report, text) if self._world > 1 else None
+        leaked = any(e["leak"] for e in self.ranks) if self.ranks is not None else report.is_leak
+        if self.ranks is not None:
+            text = rank_zero_text(self.ranks)
+        if leaked and self.on_leak == "raise" and report.is_leak:
             raise LeakError(report)  # its message is the report: not printed twice
         if self._main_process:
-            print(render_text(report), end="", flush=True)
-        if (report.is_leak and self.on_leak == "stop") or self.stop_when_done:
+            print(text, end="", flush=True)
+        if leaked and self.on_leak == "raise":
+            raise RuntimeError(other_ranks_leak(self.ranks, self._rank, report))
+        if (leaked and self.on_leak == "stop") or self.stop_when_done:
             control.should_training_stop = True

@@ -7,6 +7,10 @@
     trainer.fit(model, train_loader)
     probe.report.verdict, probe.report.holders   # also printed through Lightning's rank-zero logging
 
+Under DDP each rank probes its own process; rank 0 logs its report, the report of any rank that
+leaks, and a summary of every rank's verdict (`probe.ranks`), and a leak on any rank stops or
+fails every rank.
+
 Named like Lightning's own callbacks (EarlyStopping, ModelCheckpoint: a noun, no "Callback").
 
 A probed step is one optimizer step: with automatic optimization and `accumulate_grad_batches=k`
@@ -25,6 +29,7 @@ except ImportError:
     raise ImportError("gradlint.integrations.lightning needs Lightning: pip install 'torch-gradlint[lightning]'") from None
 
 from gradlint.runtime_probe import LeakError
+from gradlint.runtime_probe.distributed import exchange, other_ranks_leak, rank_zero_text
 from gradlint.runtime_probe.session import StepProbe, render_text
 
 __all__ = ["LeakError", "LeakProbe"]
@@ -51,6 +56,9 @@ class LeakProbe(pl.Callback):
         self.on_leak = on_leak
         self.stop_when_done = stop_when_done
         self.report = None
+        # Under DDP, every rank's summary entry in rank order (verdict, bytes/step, first holder,
+        # report text); None with one process, or until the probe finishes.
+        self.ranks: list[dict] | None = None
         self._probe: StepProbe | None = None
         self._window_start = 0  # trainer.global_step when the open step began
         self._window_batches = 0
@@ -59,7 +67,7 @@ class LeakProbe(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._close()  # a fit before this one that ended without a report (a second fit reuses the callback)
         device = self.device or ("cuda" if pl_module.device.type == "cuda" else "cpu")
-        self.report = None
+        self.report = self.ranks = None
         self._probe = StepProbe(steps=self.steps, warmup=self.warmup, gc_every=self.gc_every,
                                 track_every=self.track_every, device=device,
                                 name=f"{type(pl_module).__name__}.training_step",
@@ -114,15 +122,21 @@ class LeakProbe(pl.Callback):
         report = self._probe.finish()
         self._probe = None
         self.report = report
+        text = render_text(report)
         # Every rank asks together (a collective under DDP, as EarlyStopping does): one rank's
-        # leak stops or fails them all, so none is left waiting in an all-reduce.
-        leaked = act and trainer.strategy.reduce_boolean_decision(report.is_leak, all=False)
+        # leak stops or fails them all, so none is left waiting in an all-reduce, and rank 0's
+        # log shows every rank's verdict, not its own only.
+        self.ranks = exchange(report, text) if act and trainer.world_size > 1 else None
+        if self.ranks is not None:
+            leaked = any(e["leak"] for e in self.ranks)
+            text = rank_zero_text(self.ranks)
+        else:
+            leaked = act and trainer.strategy.reduce_boolean_decision(report.is_leak, all=False)
         if leaked and self.on_leak == "raise" and report.is_leak:
             raise LeakError(report)  # its message is the report: not logged twice
-        rank_zero_info(render_text(report).rstrip("\n"))
+        rank_zero_info(text.rstrip("\n"))
         if leaked and self.on_leak == "raise":
-            raise RuntimeError(f"gradlint probe: the training step leaks on another rank (rank {trainer.global_rank}: "
-                               f"{report.verdict.value}); that rank's LeakError has the report")
+            raise RuntimeError(other_ranks_leak(self.ranks, trainer.global_rank, report))
         if not act:
             return
         if (leaked and self.on_leak == "stop") or self.stop_when_done:

@@ -1,0 +1,41 @@
+"""A Lightning fit under DDP on CPU (2 processes, gloo) with LeakProbe; rank 1 keeps its losses
+when LEAK_ON_RANK1 is set (a per-rank debug list). `python lit_ddp.py ON_LEAK`: prints each rank's
+verdict, the global step it stopped at and what the fit raised, one line per rank."""
+
+import os
+import sys
+
+import lightning.pytorch as L
+import torch
+
+from gradlint.integrations.lightning import LeakProbe
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lit_modules import Regressor, regression_loader  # noqa: E402
+
+
+class DebugListRegressor(Regressor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.debug = []
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if self.global_rank == 1 and os.environ.get("LEAK_ON_RANK1"):
+            self.debug.append(loss)
+        return loss
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    probe = LeakProbe(steps=40, on_leak=sys.argv[1])
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, callbacks=[probe],
+                        enable_progress_bar=False, enable_model_summary=False, logger=False,
+                        enable_checkpointing=False)
+    raised = ""
+    try:
+        trainer.fit(DebugListRegressor(), regression_loader(batches=160))
+    except Exception as e:  # noqa: BLE001 - what the fit raised is the result
+        raised = type(e).__name__
+    print(f"RESULT rank={trainer.global_rank} verdict={probe.report.verdict.value} step={trainer.global_step} "
+          f"raised={raised or '-'} ranks={len(probe.ranks or [])}", flush=True)
