@@ -84,7 +84,10 @@ the tensor between forward and backward then raises instead of giving wrong grad
 the point. Offered only when every use can be rewritten: the store is a plain statement of
 forward (or setup_context), the attribute is read nowhere but backward and named in no string,
 an existing call and unpacking are the only ones, side by side in their bodies, and no Function
-of the file subclasses this one (its backward would unpack what this forward saves).
+of the file subclasses this one (its backward would unpack what this forward saves). A value
+counts as a tensor where its use proves it or where the project's annotations declare it one
+(`Tensor`, `Optional[Tensor]`: save_for_backward takes None); a caller that passes something
+else against its own annotation makes the fixed forward raise TypeError on its first call.
 """
     VALID = (
         # What a def of the file declares it takes says what is passed to it: an int here (and
