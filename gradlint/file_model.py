@@ -1134,6 +1134,16 @@ class FileModel:
             todo.extend(info.bases)
         return None
 
+    def inherited_method(self, class_name: str, method: str) -> tuple[cst.FunctionDef, _ClassInfo] | None:
+        """The def `super().method` reaches from a class of this file: its bases' (in this file),
+        in order, not its own."""
+        info = self._top_classes_by_name.get(class_name)
+        for base in info.bases if info is not None else ():
+            found = self.method_of(base, method)
+            if found is not None:
+                return found
+        return None
+
     @cached_property
     def _top_classes_by_name(self) -> dict[str, _ClassInfo]:
         return {info.node.name.value: info for info in self._classes if not info.nested}

@@ -1216,17 +1216,30 @@ class Walker:
                                  lambda: self.model.project.method_line(receiver.project_class, func.attr.value))
             return result
         if receiver.module_class is not None:
-            owner = receiver.module_class
+            found = self.model.method_of(receiver.module_class, func.attr.value)
         elif receiver_name is not None and receiver_name == self.role.self_name and self.role.owner_class:
-            owner = self.role.owner_class
+            found = self.model.method_of(self.role.owner_class, func.attr.value)
+        elif self._is_super(func.value):
+            # `super().training_step(batch, i)`: the base's method, run on this self (what it
+            # returns and keeps on self are this call's)
+            found = self.model.inherited_method(self.role.owner_class, func.attr.value)
+            receiver_name = self.role.self_name
+            receiver = self.env.get(receiver_name, receiver)
         else:
             return None
-        found = self.model.method_of(owner, func.attr.value)
         if found is None:
             return None
         method, info = found
         return self.model.call_result(method, info, e, args, receiver, receiver_name,
                                       keep=self._kept_by(e, f"{info.node.name.value}.{func.attr.value}"))
+
+    def _is_super(self, node: cst.BaseExpression) -> bool:
+        """`super()` (or `super(Owner, self)`) in a method of a class of this file."""
+        if not (self.role.owner_class and self.role.self_name and isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name) and node.func.value == "super" and "super" not in self.env
+                and "super" not in self.model.module_names):
+            return False
+        return not node.args or [dotted(a.value) for a in node.args] == [self.role.owner_class, self.role.self_name]
 
     def _builtin(self, e: cst.Call, name: str, args, positional) -> Val | None:
         if name in self.env or name in self.model.module_names:

@@ -1000,7 +1000,10 @@ def _annotated_class(annotation: ast.expr | None, facts: _FileFacts) -> str | No
 
 
 def _is_own_receiver(receiver: ast.expr, self_name: str | None, facts: _FileFacts) -> bool:
-    """`self.m()` in a method, or `meter.m()` on a top-level instance of a class of the file."""
+    """`self.m()` or `super().m()` in a method, or `meter.m()` on a top-level instance of a class
+    of the file."""
+    if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+        return self_name is not None  # flow follows it to a base's method (widened: any super() call)
     if not isinstance(receiver, ast.Name):
         return False
     return receiver.id == self_name or bool(facts.classes_of(receiver.id) & facts.class_names)

@@ -392,6 +392,23 @@ def main(model, opt, loader):
     for x in loader:
         history.append(fast_step(model, opt, x))
 """, ("history.append(fast_step(model, opt, x))",)),
+        # What `super().training_step(...)` returns is what the base class's method returns.
+        Invalid("""
+import lightning.pytorch as L
+from torch import nn
+class Regressor(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+class Logged(Regressor):
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.losses.append(loss)
+        return loss
+""", ("self.losses.append(loss)",)),
         # A helper appends what it is given to the list it is given: the caller's list outlives
         # the loop, the one made inside it does not, and a float keeps no graph.
         Invalid("""
