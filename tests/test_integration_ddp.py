@@ -28,10 +28,9 @@ def _free_port() -> int:
 def _results(out: str) -> dict[int, dict[str, str]]:
     """Each rank's RESULT line: verdict, the global step it ended at, what the fit raised, entries seen."""
     rows = {}
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            fields = dict(f.split("=", 1) for f in line.split()[1:])
-            rows[int(fields.pop("rank"))] = fields
+    # found anywhere in a line: the ranks' other output shares the pipe
+    for rank, rest in re.findall(r"RESULT rank=(\d) ((?:(?:verdict|step|raised)=[\w-]+ )*ranks=\d)", out):
+        rows[int(rank)] = dict(f.split("=", 1) for f in rest.split())
     return rows
 
 

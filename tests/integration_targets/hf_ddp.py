@@ -36,7 +36,9 @@ if __name__ == "__main__":
         trainer.train()
     except Exception as e:  # noqa: BLE001 - what train() raised is the result
         raised = type(e).__name__
-    print(f"RESULT rank={trainer.args.process_index} verdict={probe.report.verdict.value} "
-          f"step={trainer.state.global_step} raised={raised or '-'} ranks={len(probe.ranks or [])}", flush=True)
+    # one write (print writes the line and its newline apart): the ranks share one pipe
+    sys.stdout.write(f"RESULT rank={trainer.args.process_index} verdict={probe.report.verdict.value} "
+                     f"step={trainer.state.global_step} raised={raised or '-'} ranks={len(probe.ranks or [])}\n")
+    sys.stdout.flush()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

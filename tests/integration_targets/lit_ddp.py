@@ -37,5 +37,7 @@ if __name__ == "__main__":
         trainer.fit(DebugListRegressor(), regression_loader(batches=160))
     except Exception as e:  # noqa: BLE001 - what the fit raised is the result
         raised = type(e).__name__
-    print(f"RESULT rank={trainer.global_rank} verdict={probe.report.verdict.value} step={trainer.global_step} "
-          f"raised={raised or '-'} ranks={len(probe.ranks or [])}", flush=True)
+    # one write (print writes the line and its newline apart): the ranks share one pipe
+    sys.stdout.write(f"RESULT rank={trainer.global_rank} verdict={probe.report.verdict.value} "
+                     f"step={trainer.global_step} raised={raised or '-'} ranks={len(probe.ranks or [])}\n")
+    sys.stdout.flush()
