@@ -34,20 +34,22 @@ def _results(out: str) -> dict[int, dict[str, str]]:
     return rows
 
 
-def _run(command: list[str], cwd: Path, leak: bool) -> subprocess.CompletedProcess:
+def _run(command: list[str], cwd: Path, leak: bool) -> tuple[subprocess.CompletedProcess, str, dict]:
+    """The finished run, its whole output (for assertion messages) and each rank's RESULT line."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env.pop("LEAK_ON_RANK1", None)
     if leak:
         env["LEAK_ON_RANK1"] = "1"
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    return proc, proc.stdout + proc.stderr, _results(proc.stdout)
 
 
-def _lightning(tmp_path: Path, on_leak: str, leak: bool = True) -> subprocess.CompletedProcess:
+def _lightning(tmp_path: Path, on_leak: str, leak: bool = True) -> tuple[subprocess.CompletedProcess, str, dict]:
     pytest.importorskip("lightning", reason="needs Lightning: pip install -e '.[test]'")
     return _run([sys.executable, str(TARGETS / "lit_ddp.py"), on_leak], tmp_path, leak)
 
 
-def _huggingface(tmp_path: Path, on_leak: str, leak: bool = True) -> subprocess.CompletedProcess:
+def _huggingface(tmp_path: Path, on_leak: str, leak: bool = True) -> tuple[subprocess.CompletedProcess, str, dict]:
     pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
     pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate: pip install -e '.[test]'")
     return _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
@@ -63,9 +65,7 @@ RUNS = {"lightning": (_lightning, "DebugListRegressor.training_step", "DebugList
 @pytest.mark.parametrize("framework", RUNS)
 def test_a_leak_on_rank_1_is_shown_by_rank_0_and_stops_every_rank(framework, tmp_path):
     run, name, holder = RUNS[framework]
-    proc = run(tmp_path, "stop")
-    out = proc.stdout + proc.stderr
-    results = _results(proc.stdout)
+    proc, out, results = run(tmp_path, "stop")
     assert proc.returncode == 0 and set(results) == {0, 1}, out
     assert results[0]["verdict"] == "clean" and results[1]["verdict"] == "retained", out
     # both ranks stopped at the last probed step: none went on alone into an all-reduce
@@ -85,9 +85,7 @@ def test_a_leak_on_rank_1_is_shown_by_rank_0_and_stops_every_rank(framework, tmp
 @pytest.mark.parametrize("framework", RUNS)
 def test_with_on_leak_raise_the_leaking_rank_raises_the_report_and_the_others_name_it(framework, tmp_path):
     run, _, _ = RUNS[framework]
-    proc = run(tmp_path, "raise")
-    out = proc.stdout + proc.stderr
-    results = _results(proc.stdout)
+    proc, out, results = run(tmp_path, "raise")
     assert set(results) == {0, 1}, out
     assert results[1]["raised"] == "LeakError" and results[0]["raised"] == "RuntimeError", out
     assert results[0]["step"] == results[1]["step"] == "40", out
@@ -96,9 +94,7 @@ def test_with_on_leak_raise_the_leaking_rank_raises_the_report_and_the_others_na
 
 @pytest.mark.slow
 def test_clean_ranks_under_ddp_are_summed_up_without_a_skew_and_the_fit_goes_on(tmp_path):
-    proc = _lightning(tmp_path, "stop", leak=False)
-    out = proc.stdout + proc.stderr
-    results = _results(proc.stdout)
+    proc, out, results = _lightning(tmp_path, "stop", leak=False)
     assert proc.returncode == 0 and {r["verdict"] for r in results.values()} == {"clean"}, out
     assert results[0]["step"] == results[1]["step"] == "80", out  # the whole epoch: on_leak="stop" had no leak
     assert "  rank 0: clean (40 steps)" in out and "  rank 1: clean (40 steps)" in out
