@@ -15,7 +15,6 @@ import inspect
 import os
 import re
 import sys
-import sysconfig
 import textwrap
 import types
 from collections import defaultdict
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import graph
+from .places import is_user_file
 from .verdict import leak_start
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def _instance_attribute(owner, attr: str, kind: str) -> Holder:
                       f"{kind} {attr!r} of the function {owner.__qualname__}",
                       aliases=[a for a in aliases if a != subject])
     file, line = _source_line(cls)
-    if not file or _is_user_file(file):
+    if not file or is_user_file(file):
         return Holder("attribute", f"{cls.__name__}.{attr}", file, line, f"{kind} {attr!r} of a {cls.__name__}",
                       aliases=aliases)
     # An instance of a library class (an optimizer, a torch module): the user knows it by their
@@ -224,7 +224,7 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
                 continue
             module = sys.modules.get(type(instance).__module__)
             file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-            if isinstance(file, str) and _is_user_file(file):
+            if isinstance(file, str) and is_user_file(file):
                 attrs = vars(instance)
                 name = next((k for k, v in dict.items(attrs) if v is owner and isinstance(k, str)), None)
                 for registry in _REGISTRIES:  # a submodule is kept in the module's _modules
@@ -274,22 +274,6 @@ def _is_torch_container(owner) -> bool:
     return isinstance(owner, containers)
 
 
-@functools.lru_cache(maxsize=1)
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
-    return tuple(os.path.join(os.path.abspath(d), "") for d in dirs)
-
-
-# Cached per file: the scan runs once per named holder over every loaded module (about 1900
-# with torch): about 4 ms a holder uncached, mostly these path checks, and 1 to 2 ms cached (measured).
-@functools.cache
-def _is_user_file(file: str) -> bool:
-    file = os.path.abspath(file)
-    return not file.startswith(_library_dirs()) and not any(
-        f"{os.sep}{packages}{os.sep}" in file for packages in ("site-packages", "dist-packages"))
-
-
 def _global_names_of(owner) -> list[str]:
     """Module-level names bound to `owner` in the user's modules, in import order."""
     return [name for _, name in _global_bindings(owner)]
@@ -307,7 +291,7 @@ def _global_bindings(owner) -> list[tuple[types.ModuleType, str]]:
     for module in list(sys.modules.values()):
         # The dict, not getattr: a module-level __getattr__ (lazy submodules) would run for a missing name.
         file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-        if not isinstance(file, str) or not _is_user_file(file):
+        if not isinstance(file, str) or not is_user_file(file):
             continue
         for name, value in list(vars(module).items()):
             if value is owner and not name.startswith("__") and all(name != seen for _, seen in bindings):
@@ -420,7 +404,7 @@ def find_holders(targets: list, max_depth: int = 8) -> list[Holder | None]:
     # Since 3.11 a running function's frame is no gc-tracked object, so gc.get_referrers never
     # returns it: the training loop's `losses` list was unnamed (measured on 3.11.7). The user's
     # frames on this thread's stack are asked directly.
-    frames = [f for f in _running_frames() if _is_user_file(f.f_code.co_filename)
+    frames = [f for f in _running_frames() if is_user_file(f.f_code.co_filename)
               and not f.f_code.co_filename.startswith(_PROBE_DIR)]
     resolved: dict[int, Holder] = {}
     by_key: dict[int, Holder] = {}
@@ -541,7 +525,7 @@ def _other_threads_user_frames() -> list:
     found = []
     for frame in sys._current_frames().values():
         while frame is not None and frame is not me:
-            if _is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_PROBE_DIR):
+            if is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_PROBE_DIR):
                 found.append(frame)
             frame = frame.f_back
     return found

@@ -62,7 +62,7 @@ def report_text(report: ProbeReport) -> str:
         also = f" ({', '.join(h.aliases)})" if h.aliases else ""
         lines.append(f"  held by {h.subject or '(unnamed)'}{also}: {h.detail}" + (f" [{h.where}]" if h.where else ""))
         lines.append(f"    {_growth(h.bytes_per_step, h.graph_nodes_per_step)}, {h.verdict}")
-        for site in h.created_at[:3]:
+        for site in _by_line(h.created_at)[:3]:
             lines.append(f"    created at {site}")
     if report.steps_done:
         # With no step run there is no step time or peak to show: "median 0.00 ms, 0 B" read as
@@ -138,3 +138,16 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=110)
     plt.close(fig)
+
+
+def _by_line(sites: list[str]) -> list[str]:
+    """"file:line (op)" sites with one line each: the ops made on one line share it. Tensors a
+    library made for the user's call are charged to that call's line (tracker._user_line), so a
+    `super().compute_loss(...)` line read twice, once for the logits' `mm` and once for the loss's `div`."""
+    ops: dict[str, list[str]] = {}
+    for site in sites:
+        where, _, op = site.partition(" (")
+        ops.setdefault(where, [])
+        if op and op.rstrip(")") not in ops[where]:
+            ops[where].append(op.rstrip(")"))
+    return [f"{where} ({', '.join(names)})" if names else where for where, names in ops.items()]

@@ -57,7 +57,7 @@ def _load_code(target: str, as_module: bool):
     if as_module:
         try:
             spec = importlib.util.find_spec(target)
-        except (ImportError, ValueError) as exc:
+        except (ImportError, ValueError):
             raise ScriptError(f"no module named {target!r}") from None
         if spec is None:
             raise ScriptError(f"no module named {target!r}")
@@ -247,7 +247,7 @@ def _end_notes(ended: str, exit_code, probe: StepProbe, boundaries: _Boundaries)
 
 def _project_files(before: set[str], script: str) -> list[str]:
     """The user's own files the script imported: the cross-check reads them with the script."""
-    from .attribute import _is_user_file
+    from .places import is_user_file
 
     root = os.getcwd()
     here = os.path.dirname(os.path.abspath(script))
@@ -255,7 +255,7 @@ def _project_files(before: set[str], script: str) -> list[str]:
     for name in set(sys.modules) - before:
         module = sys.modules.get(name)
         file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-        if isinstance(file, str) and file.endswith(".py") and _is_user_file(file):
+        if isinstance(file, str) and file.endswith(".py") and is_user_file(file):
             path = os.path.abspath(file)
             if path.startswith((root + os.sep, here + os.sep)) and "gradlint" not in os.path.relpath(path, root).split(os.sep)[:1]:
                 files.add(path)

@@ -30,6 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .places import is_user_file
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The bundled op is library code: the line a user wants is the one that called it.
@@ -43,6 +45,10 @@ UNSEEN_STEP = -1
 # The step of a storage first met through such an op with every step tracked: it existed before
 # the step (made before the run, or in an untracked warm-up step), so it is no step's new memory.
 PRE_EXISTING = -2
+
+# What a frame's file is to _user_line: the user's, an installed library's or the standard
+# library's (a fallback when no user frame is on the stack), or torch's and the probe's (never).
+_USER, _LIBRARY, _HIDDEN = 0, 1, 2
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -148,7 +154,7 @@ class LiveStorageTracker(TorchDispatchMode):
         self._tensors: dict[int, weakref.ref] = {}
         self._skip_dirs, self._user_dirs = _library_dirs(), (_SCENARIO_DIR,)
         self._freed = _freed_callback(weakref.ref(self))
-        self._skip_cache: dict[str, bool] = {}
+        self._where: dict[str, int] = {}  # file name -> _USER, _LIBRARY or _HIDDEN
 
     # -- the mode -----------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -207,18 +213,32 @@ class LiveStorageTracker(TorchDispatchMode):
             self._tensors[id(base)] = weakref.ref(base)
 
     def _user_line(self) -> tuple[str, int]:
+        """The innermost frame in the user's own files (places.is_user_file), torch's and the
+        probe's never: the line the user can change. A tensor made inside an installed library
+        (transformers' GPT-2 `mm`, a Trainer's `clone`) is charged to the user's line that called
+        into it (their `compute_loss` override calling `super().compute_loss`), not to the
+        library's line. With no user frame on the stack, the innermost library frame."""
         frame = sys._getframe(3)
-        skip = self._skip_cache
+        where = self._where
+        fallback = None
         while frame is not None:
             filename = frame.f_code.co_filename
-            hidden = skip.get(filename)
-            if hidden is None:
-                hidden = skip[filename] = (filename.startswith(self._skip_dirs) and not filename.startswith(self._user_dirs)
-                                           or filename.startswith("<frozen"))
-            if not hidden:
+            kind = where.get(filename)
+            if kind is None:
+                kind = where[filename] = self._place(filename)
+            if kind == _USER:
                 return filename, frame.f_lineno
+            if kind == _LIBRARY and fallback is None:
+                fallback = (filename, frame.f_lineno)
             frame = frame.f_back
-        return "?", 0
+        return fallback or ("?", 0)
+
+    def _place(self, filename: str) -> int:
+        if filename.startswith(self._user_dirs):
+            return _USER
+        if filename.startswith(self._skip_dirs) or filename.startswith("<frozen"):
+            return _HIDDEN
+        return _USER if is_user_file(filename) else _LIBRARY
 
     # -- queries ------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:

@@ -43,6 +43,15 @@ def test_hugging_face_model_outputs_kept_in_a_list_are_held_by_the_list():
     assert holder.line == line_of("hf_outputs = []")
 
 
+def test_tensors_an_installed_library_made_are_created_at_the_users_line_that_called_it():
+    report = probe(step("keep_library_made"), steps=30, device="cpu")
+    (holder,) = report.holders
+    assert holder.subject == "library_made"
+    # GELU's tanh-form ops run in transformers/activations.py, a file the user cannot change
+    assert holder.created_at and all(site.split(" (")[0].endswith(f"{CASES.name}:{line_of('kept = gelu(')}")
+                                     for site in holder.created_at), holder.created_at
+
+
 def test_a_custom_op_keeping_its_output_on_ctx_is_named_by_the_op_at_the_users_line_and_joins_gl101():
     report = probe(step("custom_op_output_on_ctx"), steps=30, device="cpu")
     assert report.verdict is Verdict.DELAYED_FREE, report.reason

@@ -2,12 +2,14 @@
 list, not by the output's .logits field), a torch.library.custom_op whose setup_context keeps its
 output on ctx (by the op and the user's `ctx.y =` line), exceptions kept across steps (by the list
 that keeps them, with the finished frame's variables they pin), a buffer registered under a new
-name every step (one holder with a count). One set-up at import, one step per function."""
+name every step (one holder with a count), tensors an installed library made for the user's call (at
+the user's line that called it). One set-up at import, one step per function."""
 
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers.activations import NewGELUActivation
 from transformers.modeling_outputs import CausalLMOutput
 
 torch.manual_seed(0)
@@ -44,6 +46,15 @@ def keep_output_objects():
 
 
 hf_outputs = []
+gelu = NewGELUActivation()
+library_made = []
+
+
+def keep_library_made():
+    kept = gelu(model(torch.randn(8, 32)))  # its ops run in transformers/activations.py
+    kept.sum().backward()
+    optimizer.zero_grad()
+    library_made.append(kept.detach())
 
 
 def keep_hf_outputs():
