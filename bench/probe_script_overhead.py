@@ -4,6 +4,7 @@
     python bench/probe_script_overhead.py                  # both parts, 3 rounds
     python bench/probe_script_overhead.py --part script --rounds 5 --steps 300
     python bench/probe_script_overhead.py --part rss --rss-steps 5000
+    python bench/probe_script_overhead.py --part script --steps 100 --min-tracked 8   # a what-if floor
 
 --part script: one training script (written to a temporary folder) with a small step (an MLP on a
 batch of 32) and a large one (a batch of 2048 through a wider MLP), run bare (`python train.py`
@@ -201,7 +202,14 @@ def main() -> None:
     parser.add_argument("--rss-steps", type=int, default=5000)
     parser.add_argument("--sizes", default="small,large", help="which steps: small, large or both (comma-separated)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--min-tracked", type=int, help="what-if: stride.MIN_TRACKED for the probed runs "
+                        "(bench/probe_irregular_recall.py measures what it costs in leaks found)")
     args = parser.parse_args()
+    if args.min_tracked is not None:
+        from gradlint.runtime_probe import stride
+
+        print(f"MIN_TRACKED {stride.MIN_TRACKED} -> {args.min_tracked} (what-if)")
+        stride.MIN_TRACKED = args.min_tracked
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores at start")
     started = time.perf_counter()
