@@ -287,6 +287,28 @@ class FileModel:
         receiver = Val(module_class=owner.node.name.value)  # the class, as its own module names it
         return self._walk_imported(model, function, owner, module, args, receiver, kept)
 
+    def imported_inherited_method(self, class_name: str, method: str, args: list[tuple[cst.Arg, Val]],
+                                  kept: list | None = None) -> tuple[Val, str] | None:
+        """`super().training_step(batch, i)` in a class of this file whose base comes from another
+        project module (`class DebugRegressor(Regressor)`, Regressor in lit_modules.py): the base's
+        method walked in its module, on an instance of the base, with these arguments; and the
+        base's qualified name. The bases are tried in order, those of this file left to
+        inherited_method. No tensor argument is needed (imported_method's gate): the receiver is
+        this self, and what the base's method returns comes from it."""
+        info = self._top_classes_by_name.get(class_name)
+        if info is None or self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
+            return None
+        for base in info.bases:
+            if base in self._top_classes_by_name or self.imported_class(base) is None:
+                continue
+            found = self.project.method(base, method)
+            if found is None:
+                continue
+            model, function, owner, module = found
+            receiver = Val(module_class=owner.node.name.value)  # the base, as its own module names it
+            return self._walk_imported(model, function, owner, module, args, receiver, kept), base
+        return None
+
     def _walk_imported(self, model, function, owner, module, args, receiver, kept) -> Val:
         # Its classes are not this file's: a value that names one would be looked up here.
         given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]

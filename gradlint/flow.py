@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Iterator, Protocol
 
 import libcst as cst
@@ -1225,6 +1226,18 @@ class Walker:
             found = self.model.inherited_method(self.role.owner_class, func.attr.value)
             receiver_name = self.role.self_name
             receiver = self.env.get(receiver_name, receiver)
+            if found is None:  # a base of another project module: walked there
+                kept = []
+                inherited = self.model.imported_inherited_method(self.role.owner_class, func.attr.value, args, kept)
+                if inherited is None:
+                    return None
+                result, base = inherited
+                line = partial(self.model.project.method_line, base, func.attr.value)
+                self._kept_elsewhere(e, kept, receiver_name, line)
+                if result.holds_graph():  # its graph is what the base's method returns: the message names it
+                    where = line()
+                    result = result.with_(origin=f"super().{func.attr.value}()" + (f" ({where})" if where else ""))
+                return result
         else:
             return None
         if found is None:

@@ -92,6 +92,12 @@ class _Class:
         self.bases = bases  # qualified as FileModel does: with the imports read before the class
         self.methods: dict[str, _Scope] = {}
 
+    def inherits_from_elsewhere(self, facts: _FileFacts) -> bool:
+        """Whether a base is not this file's nor torch's: flow follows `super().m()` into another
+        module of the project (FileModel.imported_inherited_method); widened: any such base."""
+        return any(base and base not in facts.class_names and base != "object" and not base.startswith("torch.")
+                   for base in self.bases)
+
 
 class _Scope:
     """What one function (or the module's top level) holds, in the terms flow.py decides by."""
@@ -249,6 +255,8 @@ class _Scope:
             return True  # `from torch.autograd import grad` too: qualified first
         if any(_module_like(name) for name in (*self.loads, *self.attribute_loads, *self.params)):
             return True
+        if any(_inherited_elsewhere(func, self.owner, facts) for func in self.called):
+            return True
         if not self.loads.isdisjoint(facts.module_instances) or self.module_params(facts) or self.module_uses:
             return True
         return any(facts.makes_module(callee) for callee in self.callees)
@@ -348,6 +356,7 @@ class _GraphValues:
         self.facts = facts
         self.module_uses = scope.module_uses
         self.self_name = scope.self_name
+        self.owner = scope.owner
         if own_attributes is None:
             init = scope.init(facts)
             own_attributes = init.init_attributes(facts) if init is not None else {}
@@ -481,6 +490,8 @@ class _GraphValues:
             # flow walks `self.method()` and a method of an instance of a class of the file
             if receiver.instance or _is_own_receiver(func.value, self.self_name, self.facts):
                 found |= self._own_call(method, passes_graph, arguments.module)
+            if self.self_name is not None and _inherited_elsewhere(func, self.owner, self.facts):
+                found |= _Kinds(module=True, tensor=True, graph=True)  # whatever the base's method returns
         elif isinstance(func, ast.Name) and func.id in ("tuple", "list", "sum"):
             found |= arguments._replace(graph=passes_graph)
         elif isinstance(func, ast.Name):
@@ -1007,6 +1018,14 @@ def _is_own_receiver(receiver: ast.expr, self_name: str | None, facts: _FileFact
     if not isinstance(receiver, ast.Name):
         return False
     return receiver.id == self_name or bool(facts.classes_of(receiver.id) & facts.class_names)
+
+
+def _inherited_elsewhere(func: ast.expr, owner: _Class | None, facts: _FileFacts) -> bool:
+    """`super().training_step(...)` (not `__init__`) in a method of a class with a base from
+    elsewhere: flow walks that base's method in its module, which may return anything."""
+    return owner is not None and isinstance(func, ast.Attribute) and func.attr != "__init__" \
+        and isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name) \
+        and func.value.func.id == "super" and owner.inherits_from_elsewhere(facts)
 
 
 def _wrapped_def(value: ast.expr) -> tuple[str | None, str] | None:

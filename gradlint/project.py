@@ -99,7 +99,15 @@ class ClassFacts:
     """What a class of another module is, as that module's own analysis decides it."""
 
     kind: str  # "module" (an nn.Module), "function" (an autograd Function), or "plain"
-    where: str  # `models/base.py:12`, for messages
+    module: "ModuleFacts"
+    statement: "Statement"
+
+    @property
+    def where(self) -> str:
+        """`models/base.py:12`, for messages: from the file being checked now. The facts are kept
+        for the run, and a path fixed when they were made read from whichever file asked first
+        (botorch's `Model (model.py:44)` or `(../../botorch/models/model.py:44)`, by worker order)."""
+        return self.module.where(self.statement)
 
 
 @dataclass(frozen=True)
@@ -401,7 +409,7 @@ class Project:
                 if model is not None and found.name in model.top_level_classes:
                     kind = ("function" if found.name in model.function_class_names else
                             "module" if found.name in model.module_class_names else None)
-        facts = ClassFacts(kind or "plain", module.where(statement))
+        facts = ClassFacts(kind or "plain", module, statement)
         module._classes[found.name] = facts
         return facts
 

@@ -665,12 +665,12 @@ def embed_batch(model, tokens):
                     f"a graph-attached tensor in {keep.container}{by} keeps its step's graph "
                     "until overwritten; store .item() or .detach()"), Severity.WARNING, keep.holder, fix)
                 continue
-            verb = _VERBS.get(keep.method, "added to")
             if keep.origin is not None and keep.at is None:  # decided by another module: name it
                 yield Hit(keep.node, (
-                    f"{keep.origin} gives a graph; {verb} {keep.container}{by} it keeps every step's graph: "
+                    f"{keep.origin} gives a graph; {keep.container} keeps every step's graph{by}: "
                     "store .item()"), subject=keep.holder, fix=fix)
                 continue
+            verb = _VERBS.get(keep.method, "added to")
             yield Hit(keep.node, (
                 f"a graph-attached tensor {verb} {keep.container}{by} keeps every step's graph; "
                 "store .item() or .detach()"), subject=keep.holder, fix=fix)

@@ -43,7 +43,7 @@ def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
             for f in findings if f["code"] != "GL000"}
 
 
-@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars"])
+@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits"])
 def test_each_project_gets_exactly_its_expected_findings(name: str):
     root = PROJECTS / name
     assert _found(root, _check(root, cwd=root)) == _expected(root)
@@ -97,12 +97,12 @@ def test_a_change_to_an_imported_module_rechecks_the_files_that_rest_on_it(tmp_p
 def test_findings_that_rest_on_another_file_name_it():
     """The message says which def of which file the finding rests on, at the line that file has it."""
     messages = {}
-    for name in ("trainer", "meters", "ctx_helper"):
+    for name in ("trainer", "meters", "ctx_helper", "inherits"):
         root = PROJECTS / name
         for f in _check(root, cwd=root):
             messages[(name, Path(f["filename"]).name, f["location"]["row"])] = f["message"]
     assert messages[("trainer", "train.py", 20)].startswith(
-        "l2_penalty() (pkg/losses.py:8) gives a graph; appended to penalties")
+        "l2_penalty() (pkg/losses.py:8) gives a graph; penalties keeps every step's graph")
     assert messages[("trainer", "net.py", 14)].startswith(
         "self.last_hidden keeps a step's graph until the next: Net is an nn.Module by BaseModel (base.py:4)")
     assert messages[("meters", "train.py", 16)].startswith(
@@ -115,11 +115,13 @@ def test_findings_that_rest_on_another_file_name_it():
     assert messages[("ctx_helper", "scatter.py", 9)].startswith(
         "stash_inputs() (helpers.py:4) keeps tensors on ctx.src, ctx.index")
     assert messages[("ctx_helper", "scatter.py", 23)].startswith("stash_output() (helpers.py:9) keeps the output on ctx.out")
+    assert messages[("inherits", "lit_train.py", 18)].startswith(
+        "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
     # Each line named is that def's own line in its file.
     for path, line in (("meters/app/utils/meters.py", 11), ("meters/app/utils/meters.py", 24),
                        ("meters/app/utils/meters.py", 28), ("meters/app/utils/losses.py", 4),
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
-                       ("trainer/pkg/losses.py", 8)):
+                       ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13)):
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
     assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
@@ -141,3 +143,29 @@ def test_two_projects_in_one_run_each_read_their_own_modules(tmp_path: Path):
         result = run_check(CheckRequest(paths=[tmp_path / name for name in order], jobs=1, no_cache=True))
         meter = {Path(f.path).relative_to(tmp_path).parts[0] for f in result.findings if "meter.update()" in f.message}
         assert meter == {"leaky"}, order
+
+
+def test_a_base_class_is_named_from_each_checked_file_whatever_was_checked_first(tmp_path: Path):
+    """Two files in different folders subclass one base of the project: each message gives the
+    base's path from its own file. The base's facts are kept for the run, and the path was fixed
+    by whichever file asked first (botorch's `Model (model.py:44)` read
+    `(../../botorch/models/model.py:44)` in another file, by worker order)."""
+    from gradlint.check import CheckRequest, run_check
+
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\n")
+    (tmp_path / "pkg" / "deep").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "deep" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text("import torch.nn as nn\n\n\nclass Model(nn.Module):\n    pass\n")
+    subclass = ("import torch.nn as nn\n\nfrom {imp} import Model\n\n\nclass Net(Model):\n"
+                "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n\n"
+                "    def forward(self, x):\n        self.h = self.lin(x)\n        return self.h\n")
+    (tmp_path / "pkg" / "net.py").write_text(subclass.format(imp=".base"))
+    (tmp_path / "pkg" / "deep" / "net.py").write_text(subclass.format(imp="..base"))
+    expected = {"net.py": "Model (base.py:4)", "deep/net.py": "Model (../base.py:4)"}
+    for order in (("net.py", "deep/net.py"), ("deep/net.py", "net.py")):
+        result = run_check(CheckRequest(paths=[tmp_path / "pkg" / name for name in order], jobs=1, no_cache=True))
+        named = {Path(f.path).relative_to(tmp_path / "pkg").as_posix(): f.message for f in result.findings}
+        assert named.keys() == expected.keys(), (order, named)
+        for name, base in expected.items():
+            assert f"by {base};" in named[name], (order, named[name])
