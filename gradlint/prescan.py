@@ -111,12 +111,20 @@ class Prescan:
         # `tl.load(ptr + offs)`, `tl.store(out_ptr, v)`, `tl.make_block_ptr(base, ...)`: (module
         # alias, name) of a Triton pointer, which is a tensor where the kernel is launched.
         self.pointer_uses: set[tuple[str, str]] = set()
+        # Those under an `if`, with the names each enclosing test reads (None: a test that reads
+        # none): they count once every test reads only values the kernel loaded (see _runtime_ifs).
+        self._guarded_pointers: list[tuple[str, str, tuple[frozenset[str] | None, ...]]] = []
+        self._loaded: set[str] = set()  # `mask = tl.load(p).to(tl.int1)`: a value read at run time
+        self._bound_otherwise: set[str] = set()  # names also bound some other way
         self.atomic_sums: set[str] = set()  # module aliases of `<alias>.atomic_add(ptr, value)` calls
         self.root = root
         self._loops: list[cst.CSTNode] = []
         self._ifs = 0
+        self._tests: list[frozenset[str] | None] = []  # the enclosing ifs' test names
         body = root.body if isinstance(root, cst.FunctionDef) else root
         self._visit(body)
+        if self._guarded_pointers:
+            self._runtime_ifs()
 
     def _visit(self, node: cst.CSTNode) -> None:
         kind = type(node)
@@ -132,14 +140,32 @@ class Prescan:
             self._loops.append(node)
         if kind is cst.If:
             self._ifs += 1
+            self._tests.append(_test_names(node.test))
         for child in child_nodes(node):
             self._visit(child)
         if is_loop:
             self._loops.pop()
         if kind is cst.If:
             self._ifs -= 1
+            self._tests.pop()
+
+    def _runtime_ifs(self) -> None:
+        """A pointer used under ifs whose tests read only values the kernel loaded is a pointer
+        whatever the launch: Triton compiles both branches of such an `if` (only a constexpr
+        test, or `x is None` on an argument, is decided at compile time and prunes a branch), so
+        `if not_skip == 1: tl.load(ref_logp_ptr)` fails to compile unless a tensor is passed (fla's
+        GRPO kernel, its mask read with `tl.load(mask_ptr)`)."""
+        runtime = self._loaded - self._bound_otherwise - self.augmented
+        for alias, base, tests in self._guarded_pointers:
+            if all(test is not None and test <= runtime for test in tests):
+                self.pointer_uses.add((alias, base))
 
     def _assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name) and _loaded_at_run_time(node.value):
+                self._loaded.add(target.target.value)
+            else:
+                self._bound_otherwise.update(target_names(target.target))
         # `inputs = args[:n]`: what inputs holds, args holds
         if isinstance(node.value, cst.Subscript) and isinstance(node.value.value, cst.Name):
             self.sliced.extend((t.target.value, node.value.value.value) for t in node.targets if isinstance(t.target, cst.Name))
@@ -165,10 +191,12 @@ class Prescan:
     def _ann_assign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self.assigned.update(target_names(node.target))
+            self._bound_otherwise.update(target_names(node.target))
             self.stores = True
 
     def _for(self, node: cst.For) -> None:
         self.assigned.update(target_names(node.target))
+        self._bound_otherwise.update(target_names(node.target))
         if isinstance(node.iter, cst.Name):  # `for w in weights`: w a tensor, weights holds tensors
             self.unpacked.extend((name, node.iter.value) for name in target_names(node.target))
 
@@ -179,9 +207,11 @@ class Prescan:
     def _with_item(self, node: cst.WithItem) -> None:
         if node.asname is not None:
             self.assigned.update(target_names(node.asname.name))
+            self._bound_otherwise.update(target_names(node.asname.name))
 
     def _named_expr(self, node: cst.NamedExpr) -> None:
         self.assigned.update(target_names(node.target))
+        self._bound_otherwise.update(target_names(node.target))
 
     def _del(self, node: cst.Del) -> None:
         self.deletes = True  # `del x[:]` empties a container (trained_buffers.py)
@@ -300,6 +330,8 @@ class Prescan:
             # an int instead: only an unconditional load says the argument is a tensor.
             if base is not None and not self._ifs:
                 self.pointer_uses.add((dotted(func.value) or "", base))
+            elif base is not None:
+                self._guarded_pointers.append((dotted(func.value) or "", base, tuple(self._tests)))
             if func.attr.value == "atomic_add" and len(node.args) >= 2 and not isinstance(node.args[1].value, cst.Integer):
                 # `tl.atomic_add(dw_ptr + c, dw)`: a sum in the order the programs arrive (a counter's
                 # `tl.atomic_add(lock, 1)` is an exact integer count)
@@ -435,6 +467,30 @@ _POINTER_FUNCTIONS = frozenset({"load", "store", "atomic_add", "atomic_max", "at
 
 # Who runs backward for the caller: accelerate, Fabric, DeepSpeed's engine, Lightning's strategy.
 _BACKWARD_WRAPPER = re.compile(r"^(accelerator|fabric|engine|model_engine|strategy|precision\w*|trainer|ds_engine)$")
+
+
+def _loaded_at_run_time(value: cst.BaseExpression) -> bool:
+    """`tl.load(p)`, `tl.load(p + offs).to(tl.int1)`, `tl.program_id(0)`: a method chain on a
+    module's load or program_id (only a kernel's pointer uses are counted: see _runtime_ifs)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Call):
+        value = value.func.value
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in ("load", "program_id") and isinstance(value.func.value, (cst.Name, cst.Attribute))
+
+
+def _test_names(test: cst.BaseExpression) -> frozenset[str] | None:
+    """The names an `if` test reads (an attribute's base, not its attribute); None when none."""
+    names: set[str] = set()
+    todo = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+        elif isinstance(node, cst.Attribute):
+            todo.append(node.value)
+        else:
+            todo.extend(child_nodes(node))
+    return frozenset(names) or None
 
 
 def _pointer_base(expr: cst.BaseExpression) -> str | None:

@@ -44,7 +44,8 @@ Python scalars, shapes, dtypes and bools on ctx are fine and never reported (`bi
 tensor only when the file shows it is one: forward uses it as only a tensor is used (`w.t()`,
 `x.size(1)`, `x.add_(...)`, saved for backward; not `.size()`, `.view()`, `.sum()`, `.to()`,
 which a process group, a NumPy array or a module has too), a helper of the file or a Triton kernel
-it launches uses it so (`tl.load(ptr + offs)` outside an `if`), its annotation says so
+it launches uses it so (`tl.load(ptr + offs)` outside an `if`, or under one that tests only
+values the kernel loaded: Triton compiles both its branches), its annotation says so
 (`Tensor` and `Optional[Tensor]` yes; `Union[int, Tensor]` no; `List[Tensor]` is a container of
 tensors: reported, never fixed), every caller in the file passes a tensor-annotated argument, or
 backward uses the attribute as a tensor (`ctx.w.t()`); `isinstance(x, int)` narrows inside its
@@ -551,6 +552,48 @@ class Gather(torch.autograd.Function):
         (index, src_saved) = ctx.saved_tensors
         src = src_saved
         return grad.new_zeros(ctx.n, *grad.shape[1:]).index_add_(0, index, grad), None
+"""),
+        Invalid("""
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _kl_kernel(logp_ptr, ref_ptr, mask_ptr, out_ptr):
+    row = tl.program_id(0)
+    keep = tl.load(mask_ptr + row)
+    if keep == 1:
+        tl.store(out_ptr + row, tl.load(ref_ptr + row) - tl.load(logp_ptr + row))
+class KL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logp, ref, mask):
+        out = torch.zeros_like(logp)
+        _kl_kernel[(logp.numel(),)](logp, ref, mask, out)
+        ctx.ref = ref
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad, None, None
+""", ("ctx.ref = ref",), fixed="""
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _kl_kernel(logp_ptr, ref_ptr, mask_ptr, out_ptr):
+    row = tl.program_id(0)
+    keep = tl.load(mask_ptr + row)
+    if keep == 1:
+        tl.store(out_ptr + row, tl.load(ref_ptr + row) - tl.load(logp_ptr + row))
+class KL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logp, ref, mask):
+        out = torch.zeros_like(logp)
+        _kl_kernel[(logp.numel(),)](logp, ref, mask, out)
+        ctx.save_for_backward(ref)
+        return out
+    @staticmethod
+    def backward(ctx, grad):
+        ref, = ctx.saved_tensors
+        return -grad, None, None
 """),
         Invalid("""
 import torch

@@ -334,3 +334,49 @@ def test_a_reset_on_a_condition_that_reads_the_total_is_still_a_periodic_reset()
     result = lint_source(textwrap.dedent(source), "t.py", RuleSet.from_settings(Settings()))
     assert [(f.code, f.severity.value, "reset only on some steps" in f.message) for f in result.findings] \
         == [("GL104", "warning", True)] * 2
+
+
+KERNEL = """
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _kernel(x_ptr, ref_ptr, mask_ptr, HAS_REF: tl.constexpr):
+        pid = tl.program_id(0)
+        {setup}
+        if {test}:
+            tl.store(x_ptr + pid, tl.load(ref_ptr + pid))
+
+    class Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, ref, mask):
+            _kernel[(1,)](x, ref, mask, True)
+            ctx.ref = ref
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None, None
+"""
+
+
+@pytest.mark.parametrize("setup, test, flagged", [
+    # A test on values the kernel loaded: Triton compiles both branches, the pointer must be one.
+    ("keep = tl.load(mask_ptr + pid).to(tl.int1)", "keep == 1", True),
+    ("keep = tl.load(mask_ptr + pid)", "keep and pid > 0", True),
+    # A constexpr flag, or a parameter (`ref_ptr is not None`), prunes the branch when compiled:
+    # the launch may pass anything there.
+    ("keep = tl.load(mask_ptr + pid)", "HAS_REF", False),
+    ("keep = tl.load(mask_ptr + pid)", "ref_ptr is not None", False),
+    ("keep = tl.load(mask_ptr + pid)", "keep == HAS_REF", False),
+    # A loaded name bound some other way too may hold what a parameter gave it.
+    ("keep = tl.load(mask_ptr + pid)\n        for keep in range(HAS_REF): pass", "keep == 1", False),
+    ("keep = tl.load(mask_ptr + pid)\n        keep += HAS_REF", "keep == 1", False),
+])
+def test_a_triton_pointer_under_an_if_on_loaded_values_is_a_tensor_where_launched(setup, test, flagged):
+    """fla's GRPO kernel loads ref_logp_ptr under `if not_skip == 1` (not_skip read from a mask
+    pointer): ctx.ref_logp = ref_logp was quiet, as under a constexpr `if`."""
+    source = KERNEL.format(setup=setup, test=test)
+    line = next(n for n, text in enumerate(textwrap.dedent(source).splitlines(), 1) if "ctx.ref = ref" in text)
+    assert ((line, "GL101") in codes(source)) is flagged, source
