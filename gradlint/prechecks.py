@@ -294,3 +294,33 @@ def _renames(tree: ast.Module) -> dict[str, set[str]]:
                 if alias.asname:
                     found.setdefault(alias.name.rsplit(".", 1)[-1], set()).add(alias.asname)
     return found
+
+
+def keyword_true_in_training_step(tree: ast.Module, keyword: str) -> bool:
+    """Whether a call given `keyword=True` (any function: which one is not resolved here) may run
+    once per training step (call_in_training_step)."""
+    def given(call: ast.Call) -> bool:
+        return any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in call.keywords)
+    return call_in_training_step(tree, given)
+
+
+def uses_class(tree: ast.Module, name: str) -> bool:
+    """A call of class `name` under any import name, of its `__init__`, or a class deriving from it."""
+    names = names_imported_as(tree, name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if last_name(func) in names or (
+                    isinstance(func, ast.Attribute) and func.attr == "__init__" and last_name(func.value) in names):
+                return True
+        elif isinstance(node, ast.ClassDef) and any(last_name(base) in names for base in node.bases):
+            return True
+    return False
+
+
+def reads_attribute_in_defs(tree: ast.Module, attribute: str, defs: frozenset[str] | None) -> bool:
+    """Whether a def named in `defs` (any def when None) reads `x.<attribute>` somewhere in it."""
+    return any((defs is None or node.name in defs) and any(
+        isinstance(inner, ast.Attribute) and inner.attr == attribute for inner in ast.walk(node))
+        for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 from typing import Iterator
 
 from gradlint import prechecks
@@ -114,12 +113,7 @@ def train_step(model, batch, optimizer):
     )
 
     def precheck(self, tree) -> bool:
-        def retains_by_keyword(call: ast.Call) -> bool:
-            """Any call given `retain_graph=True`: the precheck does not resolve which function it is."""
-            return any(k.arg == "retain_graph" and isinstance(k.value, ast.Constant) and k.value.value is True
-                       for k in call.keywords)
-
-        return prechecks.call_in_training_step(tree, retains_by_keyword)
+        return prechecks.keyword_true_in_training_step(tree, "retain_graph")
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for backward in retained_last_backwards(model):

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 from typing import Iterator
 
 from gradlint import prechecks
@@ -160,16 +159,7 @@ def checkpointed(block, x):
 
     def precheck(self, tree) -> bool:
         """A call of saved_tensors_hooks (under any import name), of its __init__, or a subclass."""
-        names = prechecks.names_imported_as(tree, "saved_tensors_hooks")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                func = node.func
-                if prechecks.last_name(func) in names or (
-                        isinstance(func, ast.Attribute) and func.attr == "__init__" and prechecks.last_name(func.value) in names):
-                    return True
-            elif isinstance(node, ast.ClassDef) and any(prechecks.last_name(base) in names for base in node.bases):
-                return True
-        return False
+        return prechecks.uses_class(tree, "saved_tensors_hooks")
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for hook in pack_hooks(model):

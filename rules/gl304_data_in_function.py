@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import ast
 from typing import Iterator
 
 from gradlint import prechecks
@@ -140,9 +139,7 @@ class Renorm(torch.autograd.Function):
         if not prechecks.has_autograd_function(tree):
             return False
         any_def = prechecks.mentions_register_autograd(tree)
-        return any((any_def or node.name in _WALKED) and any(
-            isinstance(inner, ast.Attribute) and inner.attr == "data" for inner in ast.walk(node))
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        return prechecks.reads_attribute_in_defs(tree, "data", None if any_def else _WALKED)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         reported: set[int] = set()
