@@ -294,9 +294,12 @@ class FileModel:
         method walked in its module, on an instance of the base, with these arguments; and the
         base's qualified name. The bases are tried in order, those of this file left to
         inherited_method. No tensor argument is needed (imported_method's gate): the receiver is
-        this self, and what the base's method returns comes from it."""
+        this self, and what the base's method returns comes from it. Not `__init__`: it returns
+        None and runs once, not every step; followed, every nn.Module subclass of torch's own
+        sources read module.py, and one edit there checked 28 files again (14 s) instead of 4 (1.9 s)."""
         info = self._top_classes_by_name.get(class_name)
-        if info is None or self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
+        if method == "__init__" or info is None or self.project is None \
+                or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
             return None
         for base in info.bases:
             if base in self._top_classes_by_name or self.imported_class(base) is None:
