@@ -51,7 +51,9 @@ PRE_EXISTING = -2
 _USER, _LIBRARY, _HIDDEN = 0, 1, 2
 
 
-def _library_dirs() -> tuple[str, ...]:
+def _hidden_dirs() -> tuple[str, ...]:
+    """Torch's, the probe's and the bundled op's folders: never a created-at line (places.py
+    tells the user's files from other libraries')."""
     dirs = [_TORCH_DIR, _PROBE_DIR, _CUDA_EXT_DIR]
     try:
         import gradlint.cuda_ext as ext  # no torch import at module import
@@ -152,7 +154,7 @@ class LiveStorageTracker(TorchDispatchMode):
         # through Tensor.__hash__ in Python, about 5 us an op (cProfile, clean scenario). A reused
         # id only replaces a dead entry; dead ones are dropped every few steps.
         self._tensors: dict[int, weakref.ref] = {}
-        self._skip_dirs, self._user_dirs = _library_dirs(), (_SCENARIO_DIR,)
+        self._hidden_dirs, self._user_dirs = (*_hidden_dirs(), "<frozen"), (_SCENARIO_DIR,)
         self._freed = _freed_callback(weakref.ref(self))
         self._where: dict[str, int] = {}  # file name -> _USER, _LIBRARY or _HIDDEN
 
@@ -236,7 +238,7 @@ class LiveStorageTracker(TorchDispatchMode):
     def _place(self, filename: str) -> int:
         if filename.startswith(self._user_dirs):
             return _USER
-        if filename.startswith(self._skip_dirs) or filename.startswith("<frozen"):
+        if filename.startswith(self._hidden_dirs):
             return _HIDDEN
         return _USER if is_user_file(filename) else _LIBRARY
 
