@@ -320,7 +320,14 @@ def uses_class(tree: ast.Module, name: str) -> bool:
 
 
 def reads_attribute_in_defs(tree: ast.Module, attribute: str, defs: frozenset[str] | None) -> bool:
-    """Whether a def named in `defs` (any def when None) reads `x.<attribute>` somewhere in it."""
-    return any((defs is None or node.name in defs) and any(
-        isinstance(inner, ast.Attribute) and inner.attr == attribute for inner in ast.walk(node))
-        for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    """Whether a def named in `defs` (any def when None) reads `x.<attribute>` somewhere in it.
+    Defs are statements: they are looked for among statements only (a def inside an expression
+    is a lambda's, which has no name), and only a named def's whole tree is walked."""
+    stack: list = list(tree.body)
+    while stack:
+        node = stack.pop()
+        stack.extend(_blocks(node))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (defs is None or node.name in defs) \
+                and any(isinstance(inner, ast.Attribute) and inner.attr == attribute for inner in walk(node)):
+            return True
+    return False

@@ -75,7 +75,18 @@ class Val:
     consumed: bool = False
 
     def with_(self, **changes) -> "Val":
-        return replace(self, **changes) if changes else self
+        """dataclasses.replace without its per-field __init__: flow makes a value this way at
+        most steps of a walk (17,480 times in 10 lints of the LSP bench's script, where replace
+        took 28 of 295 ms under cProfile)."""
+        if not changes:
+            return self
+        if not _FIELDS.issuperset(changes):
+            return replace(self, **changes)  # raises the TypeError an unknown field deserves
+        new = object.__new__(Val)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        return new
 
     @property
     def is_tensor(self) -> bool:
@@ -109,6 +120,7 @@ class Val:
         return UNKNOWN
 
 
+_FIELDS = frozenset(Val.__dataclass_fields__)
 UNKNOWN = Val()
 SCALAR = Val(Kind.SCALAR)
 NONE = Val(Kind.SCALAR, none=True)  # the literal None: no tensor, but a tensor-or-None with a tensor
