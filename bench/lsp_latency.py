@@ -173,8 +173,10 @@ async def drive(path: Path, text: str, changes: int, warmup: int) -> tuple[list[
 def in_process(path: Path, text: str, runs: int) -> tuple[list[float], list[float]]:
     """The same lint without the server: `lint_document`, the function the server runs. Wall
     and CPU time: on a shared machine the CPU time is what the lint would take on an idle one."""
+    from gradlint import parse
     from gradlint.server import Projects, lint_document
 
+    parse.keep(parse.EDITOR_KEPT_TEXT)  # as the server does
     projects = Projects(path.parent)
     wall, cpu = [], []
     for n in range(runs + 3):
@@ -193,22 +195,30 @@ def phases(text: str, runs: int = 5) -> None:
 
     import libcst as cst
 
-    from gradlint import deep
+    from gradlint import deep, parse
     from gradlint.engine import lint_source
     from gradlint.server import Projects
 
     def cpu(function) -> float:
+        """Each run on another change of the text, as in the editor."""
         times = []
-        for _ in range(runs):
+        for n in range(runs):
+            changed = variant(text, 100 + n)
             start = time.process_time()
-            function()
+            function(changed)
             times.append(time.process_time() - start)
         return statistics.median(times) * 1000
 
+    def kept_parse(changed: str) -> None:
+        tree = compile(changed, "train.py", "exec", ast.PyCF_ONLY_AST)
+        deep.call(lambda: parse.parse_module(changed, tree), len(changed))
+
+    parse.keep(parse.EDITOR_KEPT_TEXT)
     ruleset = Projects(Path.cwd()).for_path(None).ruleset
-    print(f"CPU time, median of {runs}: CPython ast parse {cpu(lambda: compile(text, 'train.py', 'exec', ast.PyCF_ONLY_AST)):.1f} ms, "
-          f"libcst parse {cpu(lambda: deep.call(lambda: cst.parse_module(text), len(text))):.1f} ms, "
-          f"whole lint {cpu(lambda: lint_source(text, 'train.py', ruleset)):.1f} ms")
+    print(f"CPU time, median of {runs}: CPython ast parse {cpu(lambda t: compile(t, 'train.py', 'exec', ast.PyCF_ONLY_AST)):.1f} ms, "
+          f"libcst parse of the whole file {cpu(lambda t: deep.call(lambda: cst.parse_module(t), len(t))):.1f} ms, "
+          f"of the changed statement (others kept, with the CPython parse) {cpu(kept_parse):.1f} ms, "
+          f"whole lint {cpu(lambda t: lint_source(t, 'train.py', ruleset)):.1f} ms")
 
 
 def profile(text: str) -> None:
@@ -217,10 +227,11 @@ def profile(text: str) -> None:
     import cProfile
     import pstats
 
-    from gradlint import deep
+    from gradlint import deep, parse
     from gradlint.engine import lint_source
     from gradlint.server import Projects
 
+    parse.keep(parse.EDITOR_KEPT_TEXT)  # as the server does
     ruleset = Projects(Path.cwd()).for_path(None).ruleset
     deep.call = lambda function, source_bytes=0: function()
     lint_source(text, "train.py", ruleset)

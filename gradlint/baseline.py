@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from gradlint.config import ConfigError
 from gradlint.findings import Finding
-from gradlint.fixes import split_lines
+from gradlint.source import split_lines
 
 VERSION = 1
 VERSION_KEY = "gradlint-baseline"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradlint import parse
 from gradlint.names import code, dotted
 from gradlint.prescan import child_nodes
 from gradlint.torch_api import TRAINING_ITERABLE, makes_a_step
@@ -33,7 +34,15 @@ class CallSite:
 
 
 def collect_call_sites(module: cst.Module) -> list[CallSite]:
-    """In document order."""
+    """In document order. A top-level statement's calls depend on it alone: they are kept with
+    it (parse.memo) for the next lint of the same text."""
+    found: list[CallSite] = []
+    for statement in module.body:
+        found.extend(parse.memo("calls", statement, statement, lambda: _call_sites_in(statement)))
+    return found
+
+
+def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
     found: list[CallSite] = []
 
     def visit(node: cst.CSTNode, function, owner, loops, periodic) -> None:
@@ -62,8 +71,8 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
         for child in child_nodes(node):
             visit(child, function, owner, loops, periodic)
 
-    visit(module, None, None, (), False)
-    return found
+    visit(statement, None, None, (), False)
+    return tuple(found)
 
 
 def _takes_a_remainder(test: cst.BaseExpression) -> bool:

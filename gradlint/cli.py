@@ -25,7 +25,7 @@ import click
 from gradlint import __version__, reporters, ruledocs, usage_errors
 from gradlint.check import CheckRequest, run_check
 from gradlint.config import ConfigError
-from gradlint.fixes import split_lines
+from gradlint.source import split_lines
 from gradlint.registry import all_rules
 from gradlint.reporters import printable
 from gradlint.runtime_probe.cli import probe  # imports torch only when the command runs

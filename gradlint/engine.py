@@ -20,17 +20,17 @@ from typing import Iterable, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from gradlint import deep
+from gradlint import deep, parse
 from gradlint.config import Settings
 from gradlint.file_model import FileModel
-from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix, split_lines
+from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix
 from gradlint.findings import FileResult, Finding, Severity
 from gradlint.registry import all_rules
 from gradlint.rule import Hit, Rule
 from gradlint.cache import ResultCache
 from gradlint.prescan import child_nodes
 from gradlint.project import Project
-from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, text_digest
+from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines, text_digest
 from gradlint.suppressions import Suppressions, find_suppressions, may_hold_our_codes, unused_findings
 
 SYNTAX_ERROR = ("GL000", "syntax-error")
@@ -244,7 +244,7 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
     """The libcst parse, the model, the rules and the findings' positions: on the deep-stack
     thread, since each of them recurses once per level of libcst's tree (see gradlint/deep.py)."""
     try:
-        module = cst.parse_module(source)
+        module = parse.parse_module(source, tree)
     except cst.ParserSyntaxError as error:  # CPython accepted it: syntax libcst does not support
         message = str(error.message).strip().splitlines()[0] if error.message else "invalid syntax"
         result.findings.append(_finding(path, SYNTAX_ERROR, error.raw_line, error.raw_column + 1,
@@ -343,14 +343,14 @@ def _by_statement(module: cst.Module, tree: ast.Module, source_lines: list[str],
         for statement, node in paired:
             if not wanted:
                 break
-            inside = _holding(statement, wanted)
+            inside = wanted & _ids_in(statement, ancestors[0] if ancestors else statement)
             if not inside:
                 continue
             wanted = wanted - inside
             block = getattr(statement, "body", None)
             if isinstance(statement, (cst.ClassDef, cst.FunctionDef)) and isinstance(block, cst.IndentedBlock) \
                     and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                    and id(statement) not in inside and _in_body(block, inside):
+                    and id(statement) not in inside and _in_body(block, inside, ancestors[0] if ancestors else statement):
                 pending.append(((*ancestors, statement), block.body, node.body, inside))
                 continue
             if not _place(module, ancestors, statement, node.lineno, source_lines, positions):
@@ -373,17 +373,45 @@ def _paired(body: Sequence[cst.CSTNode], nodes: list[ast.stmt]) -> list[tuple[cs
     return paired if index == len(nodes) else None
 
 
-def _in_body(block: cst.IndentedBlock, inside: set[int]) -> bool:
+def _in_body(block: cst.IndentedBlock, inside: set[int], top: cst.CSTNode) -> bool:
     found: set[int] = set()
     for statement in block.body:
-        found |= _holding(statement, inside)
+        found |= inside & _ids_in(statement, top)
     return found == inside
+
+
+def _ids_in(statement: cst.CSTNode, top: cst.CSTNode) -> frozenset[int]:
+    """The ids of a statement's nodes, itself included; `top` is the top-level statement that
+    holds it, with which the parse keeps them (an editor's next lint finds them again)."""
+    return parse.memo("ids", statement, top, lambda: _holding_all([statement]))
 
 
 def _place(module: cst.Module, ancestors: tuple[cst.CSTNode, ...], statement: cst.CSTNode, line: int,
            source_lines: list[str], positions: dict[cst.CSTNode, CodeRange]) -> bool:
     """Positions for one statement and what it holds, from a module of it and its enclosing class
     and def headers alone; False when its line there does not hold the source's line."""
+    placed = parse.memo("placed", statement, ancestors[0] if ancestors else statement,
+                        lambda: _placed_alone(module, ancestors, statement), tuple(id(a) for a in ancestors))
+    if not (0 < line <= len(source_lines)) or placed.first_line != source_lines[line - 1]:
+        return False
+    shift = line - placed.line
+    for node, where in placed.positions:
+        positions[node] = CodeRange((where.start.line + shift, where.start.column),
+                                    (where.end.line + shift, where.end.column))
+    return True
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A statement's nodes placed in a module of it and its enclosing headers alone: its own line
+    there and that line's text, to be shifted to the line it has in the source."""
+
+    positions: tuple[tuple[cst.CSTNode, CodeRange], ...]
+    line: int
+    first_line: str | None  # None: the statement's line lies outside the pruned text
+
+
+def _placed_alone(module: cst.Module, ancestors: tuple[cst.CSTNode, ...], statement: cst.CSTNode) -> _Placed:
     alone = statement
     # The enclosing headers are placed in the pruned text, not in the source: none of theirs is kept.
     wrappers: set[int] = set()
@@ -399,16 +427,10 @@ def _place(module: cst.Module, ancestors: tuple[cst.CSTNode, ...], statement: cs
     found = MetadataWrapper(pruned, unsafe_skip_copy=True).resolve(PositionProvider)
     start = found[statement].start
     code_lines = split_lines(pruned.code)
-    if not (0 < start.line <= len(code_lines) and 0 < line <= len(source_lines)) \
-            or code_lines[start.line - 1] != source_lines[line - 1]:
-        return False
-    shift = line - start.line
+    first_line = code_lines[start.line - 1] if 0 < start.line <= len(code_lines) else None
     outside = wrappers | _holding_all(headers)
-    for node, where in found.items():
-        if id(node) not in outside:
-            positions[node] = CodeRange((where.start.line + shift, where.start.column),
-                                        (where.end.line + shift, where.end.column))
-    return True
+    return _Placed(tuple((node, where) for node, where in found.items() if id(node) not in outside),
+                   start.line, first_line)
 
 
 def _holding_all(nodes: list[cst.CSTNode]) -> set[int]:
@@ -419,20 +441,6 @@ def _holding_all(nodes: list[cst.CSTNode]) -> set[int]:
         node = stack.pop()
         found.add(id(node))
         stack.extend(child_nodes(node))
-    return found
-
-
-def _holding(statement: cst.CSTNode, wanted: set[int]) -> set[int]:
-    """Which of the wanted nodes (by id) are the statement or inside it."""
-    found: set[int] = set()
-    stack = [statement]
-    while stack:
-        node = stack.pop()
-        if id(node) in wanted:
-            found.add(id(node))
-            if len(found) == len(wanted):
-                break
-        stack.extend(child_nodes(node))  # plain field reads: libcst's .children costs ~3x (measured)
     return found
 
 

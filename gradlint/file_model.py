@@ -13,13 +13,13 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
-from gradlint import torch_api as api
+from gradlint import parse, torch_api as api
 from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
 from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, helper_arguments,
                            looks_like_module)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
-from gradlint.trained_buffers import trained_and_emptied, trained_names
+from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.project import Project, module_name_of
 from gradlint.names import ImportTable, dotted
@@ -113,6 +113,7 @@ class FileModel:
         self._custom_ops: dict[str, tuple[cst.FunctionDef, str | None]] = {}
         self._autograd_registrations: list[tuple[str, str | None, str | None]] = []
         self._prescans: dict[int, Prescan] = {}
+        self._within: dict[int, cst.CSTNode] = {}  # a def's id -> the top-level statement holding it
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
         self._graph_attributes: set[tuple[str, str]] | None = None
         self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...], tuple[Walk, ...]]] = {}
@@ -144,8 +145,11 @@ class FileModel:
 
     # ----- the statement-level scan (expressions are left to the walks) ---------------------
 
-    def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: cst.FunctionDef | None = None) -> None:
+    def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: cst.FunctionDef | None = None,
+              within: cst.CSTNode | None = None) -> None:
         for statement in statements:
+            if top:
+                within = statement
             if isinstance(statement, cst.SimpleStatementLine):
                 for small in statement.body:
                     self._scan_small(small, top)
@@ -156,7 +160,7 @@ class FileModel:
                 if top:
                     self._bind_here(statement.name.value)
                     self.top_level_classes[statement.name.value] = statement
-                self._scan(statement.body.body, owner=info, top=False, in_function=in_function)
+                self._scan(statement.body.body, owner=info, top=False, in_function=in_function, within=within)
             elif isinstance(statement, cst.FunctionDef):
                 if owner is not None:
                     owner.methods[statement.name.value] = statement
@@ -165,10 +169,11 @@ class FileModel:
                     self._bind_here(statement.name.value)
                     self._note_custom_op(statement)
                 self._all_functions.append((statement, owner, in_function))
-                self._scan(statement.body.body, owner=None, top=False, in_function=statement)
+                self._within[id(statement)] = within
+                self._scan(statement.body.body, owner=None, top=False, in_function=statement, within=within)
             else:
                 for block in blocks_of(statement):
-                    self._scan(block, owner=owner, top=top, in_function=in_function)
+                    self._scan(block, owner=owner, top=top, in_function=in_function, within=within)
 
     def _scan_small(self, small: cst.BaseSmallStatement, top: bool) -> None:
         if isinstance(small, (cst.Import, cst.ImportFrom)):
@@ -507,7 +512,10 @@ class FileModel:
         call site, nested functions ask for their parents')."""
         scan = self._prescans.get(id(function))
         if scan is None:
-            scan = self._prescans[id(function)] = Prescan(function, frozenset(self.imports.aliases))
+            imported = frozenset(self.imports.aliases)
+            within = self._within.get(id(function))
+            scan = self._prescans[id(function)] = Prescan(function, imported) if within is None else \
+                parse.memo("prescan", function, within, lambda: Prescan(function, imported), imported)
         return scan
 
     def _chain(self, class_name: str) -> list[str]:
@@ -634,14 +642,28 @@ class FileModel:
         # Only a function that stores or calls backward can fill, empty or train a container.
         functions = [f for f, _, _ in self._all_functions
                      if self.prescan(f).stores or self.prescan(f).backward_roots or self.prescan(f).deletes]
-        return trained_and_emptied(functions, self.imports)
+        return trained_and_emptied(functions, self._buffer_facts)
 
     def trained_in(self, function: cst.FunctionDef) -> set[str]:
         """What a backward in the function is computed from (trained_buffers keys)."""
         found = self._trained_in.get(id(function))
         if found is None:
-            found = self._trained_in[id(function)] = trained_names(function, self.imports)
+            found = self._trained_in[id(function)] = self._buffer_facts(function).trained()
         return found
+
+    def _buffer_facts(self, function: cst.FunctionDef) -> BufferFacts:
+        """A def read by trained_buffers: from the def and the import names alone, so it is kept
+        with the def's statement (parse.memo) for the next lint of the same text."""
+        within = self._within.get(id(function))
+        if within is None:
+            return BufferFacts(function, self.imports)
+        return parse.memo("buffers", function, within, lambda: BufferFacts(function, self.imports),
+                          self._import_names)
+
+    @cached_property
+    def _import_names(self) -> frozenset[tuple[str, str]]:
+        """What the import table resolves (all that ImportTable.qualify reads)."""
+        return frozenset(self.imports.aliases.items())
 
     @cached_property
     def call_sites(self) -> list[CallSite]:
@@ -1231,10 +1253,17 @@ class FileModel:
             if id(method) in seen:
                 continue
             seen.add(id(method))
-            for name in self.prescan(method).called_names - {"__init__", "forward"}:
+            # Only a name some class of the file defines can be found (method_of looks in them):
+            # the rest (`self.norm(x)`, `torch.relu`) would ask every module class in vain.
+            for name in (self.prescan(method).called_names & self._method_names) - {"__init__", "forward"}:
                 todo.extend(found[0] for m in self.module_classes
                             if (found := self.method_of(m.name, name)) is not None)
         return seen
+
+    @cached_property
+    def _method_names(self) -> frozenset[str]:
+        """The name of every method of a top-level class of the file."""
+        return frozenset(name for info in self._top_classes_by_name.values() for name in info.methods)
 
     @cached_property
     def _modules_by_name(self) -> dict[str, ModuleClass]:

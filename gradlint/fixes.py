@@ -17,15 +17,6 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _ONLY_COMMENT = re.compile(r"[ \t\f]*(#.*)?")
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines with their breaks, broken where Python breaks them: str.splitlines also breaks at form
-    feeds and other separators, which would make a diff that patch(1) cannot apply."""
-    return _LINE.findall(text)
-
-
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-
-
 class SourceLines:
     """Offsets of a source's lines, for going between libcst's (line, column) and str indices.
     libcst counts columns in code points, as str indexing does."""

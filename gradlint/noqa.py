@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from gradlint.findings import Finding
-from gradlint.fixes import split_lines
+from gradlint.source import split_lines
 from gradlint.suppressions import comment_lines, tokens_of
 
 # The same `# noqa[: codes]` that suppressions.py reads.

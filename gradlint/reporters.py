@@ -9,7 +9,8 @@ from typing import Callable, Mapping, Sequence
 
 from gradlint.escaping import printable, valid_strings, valid_unicode  # noqa: F401 - re-exported
 from gradlint.findings import Applicability, Finding, Severity
-from gradlint.fixes import applicable, split_lines
+from gradlint.fixes import applicable
+from gradlint.source import split_lines
 from gradlint.ruledocs import rule_url
 from gradlint.sarif import sarif
 

@@ -46,7 +46,7 @@ from urllib.parse import unquote, urlparse
 
 import click
 
-from gradlint import __version__, usage_errors
+from gradlint import __version__, parse, usage_errors
 from gradlint.config import ConfigError, Settings, find_config, load_settings
 from gradlint.discover import PYTHON_SUFFIXES, Discovery
 from gradlint.engine import UNUSED_NOQA, RuleSet, lint_bytes, selectable_codes
@@ -494,6 +494,9 @@ class _Linter:
         self.types = types
         self.publish = publish
         self.projects = Projects(Path.cwd().resolve())
+        # Every change lints the document again, and a change touches one statement: the others
+        # are parsed and worked out from memory (gradlint/parse.py).
+        parse.keep(parse.EDITOR_KEPT_TEXT)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradlint-lint")
         self.generation = 0  # bumped when the settings may have changed: every result is stale
         self.open: set[str] = set()  # the URIs as the client wrote them (pygls keeps them unquoted)

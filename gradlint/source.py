@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import stat
 from dataclasses import dataclass
 
@@ -70,3 +71,12 @@ def decode_source(data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> str | Unre
 
 def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their breaks, broken where Python breaks them: str.splitlines also breaks at form
+    feeds and other separators, which would make a diff that patch(1) cannot apply."""
+    return _LINE.findall(text)
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")

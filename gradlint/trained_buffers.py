@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from typing import Callable
+
 from gradlint.names import dotted
 from gradlint.prescan import assigned_paths, child_nodes
 
@@ -39,16 +41,16 @@ def container_key(name: str, function: cst.FunctionDef | None = None) -> str:
     return f"{id(function)}:{name}" if function is not None else name
 
 
-def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
+def trained_and_emptied(functions: list[cst.FunctionDef], facts_of: Callable[[cst.FunctionDef], "Facts"]) -> set[str]:
     """Keys of the containers some function runs backward through and some function (other
     than the one that creates them in `__init__`) empties, or that a function other than the ones
-    that fill them empties, not at an epoch's end."""
+    that fill them empties, not at an epoch's end. `facts_of` reads a function (Facts)."""
     trained: set[str] = set()
     emptied: set[str] = set()
     emptied_elsewhere: set[str] = set()
     filled: set[str] = set()
     for function in functions:
-        facts = _Facts(function, imports)
+        facts = facts_of(function)
         trained |= facts.trained()
         filled |= facts.added
         name = function.name.value
@@ -59,14 +61,11 @@ def trained_and_emptied(functions: list[cst.FunctionDef], imports) -> set[str]:
     return (trained & emptied) | (emptied_elsewhere & filled)
 
 
-def trained_names(function: cst.FunctionDef, imports) -> set[str]:
-    """Keys of everything a backward in the function is computed from."""
-    return _Facts(function, imports).trained()
-
-
-class _Facts:
-    """One function: what each name is computed from, what backward is called on, what it
-    empties. Names are kept as written and made keys at the end, once its locals are known."""
+class Facts:
+    """One function: what each name is computed from, what backward is called on (`trained()`:
+    the keys of everything a backward in it is computed from), what it empties. Names are kept as
+    written and made keys at the end, once its locals are known. Read from the def and the
+    file's import names alone."""
 
     def __init__(self, function: cst.FunctionDef, imports):
         self.function = function

@@ -32,3 +32,14 @@ def _user_cache_folder(tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _statements_kept_by_one_test_only():
+    """The language server keeps parsed statements for its next lint (gradlint/parse.py); a test
+    that starts one in-process must not leave that on for the tests after it."""
+    yield
+    from gradlint import parse
+
+    parse.keep(0)
+

@@ -17,7 +17,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from gradlint import deep, engine
+from gradlint import deep, engine, parse
 from gradlint.config import Settings
 from gradlint.engine import RuleSet, lint_files, lint_source
 
@@ -110,7 +110,9 @@ def test_three_twelve_syntax_does_not_excuse_an_error_elsewhere():
 
 
 def _count_positioned(monkeypatch) -> list[int]:
-    """How many nodes each positions pass of libcst places, one entry per pass."""
+    """How many nodes each positions pass of libcst places, one entry per pass. The statements
+    parsed and placed before (by earlier tests) are forgotten: they would be placed from memory."""
+    parse.forget()
     covered: list[int] = []
     resolve = MetadataWrapper.resolve
 

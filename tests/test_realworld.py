@@ -307,3 +307,32 @@ def test_no_gate_turns_a_finding_away_on_real_code(labelled, monkeypatch):
             differ.append(f"{'/'.join(key)}: gated {len(gated[key])}, open {len(open_)}: "
                           f"{sorted({(f.line, f.code) for f in open_} ^ {(f.line, f.code) for f in gated[key]})}")
     assert not differ, "\n".join(differ)
+
+
+def test_the_editors_kept_statements_find_what_a_whole_parse_finds_on_real_code(labelled):
+    """The language server keeps each statement's parse between lints (gradlint/parse.py): on every
+    corpus file, the module put together from kept statements writes back the file, and its lint,
+    first and again from what was kept, finds exactly what a whole parse finds."""
+    from gradlint import deep, engine, parse
+    from gradlint.registry import all_rules
+
+    ruleset = engine.RuleSet(tuple(r for r in all_rules() if r.default_enabled), {})
+    _, files = labelled
+    differ, assembled = [], 0
+    try:
+        for src in files:
+            parse.keep(0)
+            whole = engine.lint_source(src.text, src.path, ruleset).findings
+            parse.keep(parse.EDITOR_KEPT_TEXT)
+            tree = compile(src.text, src.path, "exec", ast.PyCF_ONLY_AST)
+            module = deep.call(lambda: parse._assemble(src.text, tree), len(src.text))
+            if module is not None:
+                assembled += 1
+                assert deep.call(lambda: module.code, len(src.text)) == src.text, src.path
+            kept = [engine.lint_source(src.text, src.path, ruleset).findings for _ in range(2)]
+            if kept != [whole, whole]:
+                differ.append(f"{src.package.name} {src.path}: whole {len(whole)}, kept {[len(k) for k in kept]}")
+    finally:
+        parse.keep(0)
+    assert assembled >= 0.9 * len(files)  # the rest: one statement, or indentation that varies
+    assert not differ, "\n".join(differ)
