@@ -2,6 +2,7 @@
 keeps each step's model output when LEAK_ON_RANK1 is set. `torchrun ... hf_ddp.py OUTDIR ON_LEAK`:
 prints each rank's verdict, the global step it stopped at and what train() raised, one line per rank."""
 
+import gc
 import os
 import sys
 
@@ -40,5 +41,12 @@ if __name__ == "__main__":
     sys.stdout.write(f"RESULT rank={trainer.args.process_index} verdict={probe.report.verdict.value} "
                      f"step={trainer.state.global_step} raised={raised or '-'} ranks={len(probe.ranks or [])}\n")
     sys.stdout.flush()
+    # What rank 1 kept holds its steps' graphs, and through them DDP's reducer and its process
+    # group: let them go before the group is destroyed. Freed at interpreter exit instead, the
+    # group's gloo threads were torn down unjoined ("terminate called without an active
+    # exception", SIGABRT) in 1 of 4 runs here.
+    trainer.debug.clear()
+    del trainer
+    gc.collect()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
