@@ -308,7 +308,7 @@ def keyword_true_in_training_step(tree: ast.Module, keyword: str) -> bool:
 def uses_class(tree: ast.Module, name: str) -> bool:
     """A call of class `name` under any import name, of its `__init__`, or a class deriving from it."""
     names = names_imported_as(tree, name)
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             if last_name(func) in names or (

@@ -29,6 +29,7 @@ from typing import Callable, Protocol
 import libcst as cst
 
 from gradlint.names import ImportTable
+from gradlint.prechecks import walk
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes
 from gradlint.torch_api import FUNCTION_BASES, is_module_base
 
@@ -160,7 +161,7 @@ def _symbols(tree: ast.Module, package: str) -> Symbols:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if id(node) in top_level:
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+                names = frozenset(n.id for n in walk(node) if isinstance(n, ast.Name))
                 is_class = isinstance(node, ast.ClassDef)
                 statements[node.name] = Statement(
                     index, first, node.end_lineno or first, is_class, names,
