@@ -3,15 +3,16 @@
 An editor lints a file again at every change, and a change touches one statement: libcst's parse
 was 81-121 ms of a 214-272 ms lint of the LSP bench's 1,000-line script (measured on this VM), and
 a statement parsed before is reused as it is, since libcst's nodes are immutable. What the rest of
-the lint works out from a statement's nodes alone (the positions of its nodes, a def's prescan) can
-then be kept by node identity too (`memo`). A cold run of many files gains little from the cache
-(166,152 of 183,222 statement lines parsed in a run over torch's sources are distinct) and pays
-little for it.
+the lint works out from a statement's nodes alone (the positions of its nodes, a def's prescan) is
+then kept with the statement too (`memo`). Only the language server keeps statements (`keep`): a
+run over many files parses each once (166,152 of the 183,222 statement lines parsed in a run over
+torch's sources are distinct), so it parses each file whole and keeps nothing.
 
 The statements come from CPython's tree, which the engine already has: a chunk is a top-level
 statement with the blank and comment lines before it (statements sharing a line, `a; b`, are one
 chunk). The module is put together from the chunks' statements; it writes back exactly the source
-(tests/test_parse.py checks that on every real-world and torch file) because each chunk writes back
+(checked on every file of ours and of the real-world corpus by the tests, and on the 2,136 of
+torch's 2,285 files that are put together, by hand) because each chunk writes back
 its own text and the chunks agree on what libcst's module keeps for the whole file: the newline and
 the indentation that a block written with `indent=None` uses. Where they do not (a file indented
 with tabs in one def and spaces in another, mixed line endings), or anything else is out of the
@@ -45,6 +46,7 @@ def keep(max_text: int) -> None:
     _max_kept_text = max_text
     if not max_text:
         forget()
+
 
 _T = TypeVar("_T")
 
@@ -196,6 +198,11 @@ def _has_block(statement: cst.CSTNode) -> bool:
         if part is not None and _has_block(part):
             return True
     return any(_has_block(part) for field in ("handlers", "cases") for part in getattr(statement, field, ()))
+
+
+def kept_chunks() -> int:
+    """How many chunks are kept now."""
+    return len(_chunks)
 
 
 def forget() -> None:

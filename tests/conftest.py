@@ -36,10 +36,14 @@ def _user_cache_folder(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(autouse=True)
 def _statements_kept_by_one_test_only():
-    """The language server keeps parsed statements for its next lint (gradlint/parse.py); a test
-    that starts one in-process must not leave that on for the tests after it."""
+    """The language server keeps parsed statements for its next lint (gradlint/parse.py) and
+    freezes the heap between lints (gc.freeze); a test that starts one in-process must not leave
+    either for the tests after it."""
     yield
+    import gc
+
     from gradlint import parse
 
     parse.keep(0)
+    gc.unfreeze()
 

@@ -275,6 +275,49 @@ def test_a_change_during_a_lint_drops_that_lints_result(tmp_path: Path, monkeypa
     assert linted == ["v1", "v2", "v3"]
 
 
+def test_opening_a_document_settles_the_heap_and_a_pause_settles_it_again(tmp_path: Path):
+    """After a lint that kept many new statements (the document was opened), the lint thread runs
+    a full collection and freezes what survives, so later automatic full passes skip the kept
+    statements; a second without changes does the same. Driven without a client, as above."""
+    import gc
+
+    from gradlint import server
+
+    source = (TARGETS / "train_loop.py").read_text()
+    source += "".join(f"\n\ndef helper_{n}(x):\n    return x + {n}\n" for n in range(80))
+    uri = (tmp_path / "train.py").as_uri()
+    document = _Document(source, 1)
+
+    class Workspace:
+        text_documents = {uri: document}
+
+    class Server:
+        workspace = Workspace()
+
+    settles: list[int] = []
+
+    async def scenario():
+        linter = server._Linter(Server(), types, lambda u, version, lint: None)
+        settle = linter._settle
+        linter._settle = lambda: (settle(), settles.append(gc.get_freeze_count()))
+        linter.opened(uri)
+        await asyncio.wait([linter.running[uri]])
+        await asyncio.get_running_loop().run_in_executor(linter.pool, lambda: None)  # the settle queued after it
+        assert len(settles) == 1 and settles[0] > 0 and linter.settled_chunks > 80
+        document.source, document.version = source.replace("x + 3", "x + 33"), 2
+        await asyncio.wait([linter.schedule(uri)])
+        assert len(settles) == 1  # one statement more: no settle on the lint path
+        await asyncio.sleep(1.3)
+        await asyncio.get_running_loop().run_in_executor(linter.pool, lambda: None)
+        assert len(settles) == 2  # the pause
+        linter.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.asyncio
 async def test_closing_a_document_clears_its_diagnostics(client: LanguageClient, workspace: Path):
     uri = _open(client, workspace / "scatter_mean.py")
