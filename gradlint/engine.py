@@ -555,13 +555,17 @@ def lint_files(
         jobs_list = yield from _cache_hits(jobs_list, ruleset, max_bytes, cache)
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(jobs_list) < 8:
+        # In this process, the collector is given back as the caller had it: the probe's
+        # cross-check runs here after a script turned it off, and must not turn it on again.
+        enabled = gc.isenabled()
         _init_worker(ruleset, max_bytes, fix, cache)
         global _in_run
         try:
             for job in jobs_list:
                 yield _lint_in_worker(job)
         finally:
-            gc.enable()
+            if enabled:
+                gc.enable()
             _in_run = False
         return
     chunk = max(1, min(16, len(jobs_list) // (jobs * 4)))

@@ -70,6 +70,11 @@ class Run:
     newest_regrown: StorageRecord | None = field(default=None, repr=False)
     gc_enabled_before: bool = True  # gc.isenabled() when the first step began
     gc_frozen_before: int = 0  # gc.get_freeze_count() then: objects a framework froze
+    # What the process did to the collector during the run (a script's own gc.disable() or
+    # gc.freeze() after its imports, a framework's at fit time): the step it did it in.
+    gc_disabled_at: int | None = None
+    gc_frozen_at: int | None = None
+    gc_frozen_during: int = 0  # the objects that freeze froze
     # int64 tensors the sampled steps saved for backward (saved.py), biggest first.
     saved_indices: list[SavedIndex] = field(default_factory=list)
     # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
@@ -120,7 +125,8 @@ class Measurement:
         self.open = False
         self.closed = False
         self._started = False
-        self._was_enabled = True
+        self._was_enabled = True  # what the process wants of the collector once the probe is done
+        self._collector: _CollectorWatch | None = None
         self._frozen = False
         self._attributed_reclaim = False
         self._tracked = False
@@ -143,6 +149,7 @@ class Measurement:
             run.gc_enabled_before = self._was_enabled = gc.isenabled()
             run.gc_frozen_before = gc.get_freeze_count()
             gc.disable()
+            self._collector = _CollectorWatch(self)
             threads.watch(self.tracker)
         self.index += 1
         i = self.index
@@ -198,7 +205,8 @@ class Measurement:
             _collect(tracker, run, i)  # the baseline the growth is measured from
             # Freezing what exists now makes each later collection cheap (it skips the
             # ~165k objects torch itself owns); objects made after warm-up are still seen.
-            gc.freeze()
+            # The probe's own freeze, not the process's: around _CollectorWatch.
+            self._collector.originals["freeze"]() if self._collector is not None else gc.freeze()
             self._frozen = True
         elif plan.collects(i):
             if self.name_reclaimed and not self._attributed_reclaim and run.tracked_between(run.warmup, i - 1) >= 1:
@@ -280,17 +288,55 @@ class Measurement:
     def release(self) -> None:
         """The collector as it was before the run; the tracker's records are dropped."""
         threads.unwatch(self.tracker)
+        if self._collector is not None:
+            self._collector.remove()
+            self._collector = None
         if self._frozen:
             gc.unfreeze()
             self._frozen = False
         if self._started:
-            if self.run.gc_frozen_before:
+            if self.run.gc_frozen_before or self.run.gc_frozen_at is not None:
                 gc.freeze()  # the process had frozen objects (a framework's gc.freeze()): frozen again
             if self._was_enabled:
                 gc.enable()
             self._started = False
         self.run.survivors = []
         self.run.newest_regrown = None
+
+
+class _CollectorWatch:
+    """gc.disable(), gc.enable() and gc.freeze() as the process calls them while the probe holds
+    the collector: the run records them (a script turns the collector off or freezes a framework's
+    objects after its imports, when the probe has already begun), and the collector is given back
+    as the process last asked. disable/enable only record what is asked: the collector stays
+    paused while measuring. freeze freezes, as it would without the probe: a cycle through frozen
+    objects is never collected, in the measured run as in the real one. Code that took the
+    functions before the probe began (`from gc import disable`) is not seen."""
+
+    def __init__(self, measurement: "Measurement") -> None:
+        self.originals = {name: getattr(gc, name) for name in ("disable", "enable", "freeze")}
+        run = measurement.run
+
+        def disable() -> None:
+            measurement._was_enabled = False
+            if run.gc_disabled_at is None and run.gc_enabled_before:
+                run.gc_disabled_at = max(measurement.index, 1)
+
+        def enable() -> None:
+            measurement._was_enabled = True
+
+        def freeze() -> None:
+            before = gc.get_freeze_count()
+            self.originals["freeze"]()
+            if run.gc_frozen_at is None:
+                run.gc_frozen_at = max(measurement.index, 1)
+            run.gc_frozen_during += gc.get_freeze_count() - before
+
+        gc.disable, gc.enable, gc.freeze = disable, enable, freeze
+
+    def remove(self) -> None:
+        for name, function in self.originals.items():
+            setattr(gc, name, function)
 
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,

@@ -178,11 +178,17 @@ def _notes(run: Run, decision: Decision) -> list[str]:
     if not run.gc_enabled_before:
         notes.append("the cyclic collector was off when the run began (gc.disable()): a reference cycle "
                      "is never freed in this process, so a delayed-free leak here is a permanent one")
+    elif run.gc_disabled_at is not None:
+        notes.append(f"the process turned the cyclic collector off (gc.disable()) in step {run.gc_disabled_at}: "
+                     "a reference cycle is never freed from then on, so a delayed-free leak here is a permanent one")
     if run.gc_frozen_before:
         notes.append(f"{run.gc_frozen_before:,} objects were frozen (gc.freeze()) before the run: a cycle "
                      "through them is never collected")
+    if run.gc_frozen_at is not None:
+        notes.append(f"the process froze {run.gc_frozen_during:,} objects (gc.freeze()) in step {run.gc_frozen_at}: "
+                     "a cycle through them is never collected")
     verdicts = {decision.verdict, decision.measured_verdict}
-    if Verdict.DELAYED_FREE in verdicts and run.gc_enabled_before:
+    if Verdict.DELAYED_FREE in verdicts and run.gc_enabled_before and run.gc_disabled_at is None:
         notes.append("delayed-free: the automatic collector frees these cycles, late; with gc.disable() "
                      "or gc.freeze() (some frameworks do) they stay")
     if run.dense_from is not None:

@@ -92,6 +92,35 @@ def test_a_compiled_model_is_said_not_to_be_measured_compiled():
     assert "note: the script called torch.compile (1x): under the probe its code ran eagerly" in result.output
 
 
+@pytest.fixture
+def collector_restored():
+    """The script's gc.disable()/gc.freeze() holds after the probe, as it would in its own
+    process: this test process gets its collector back."""
+    import gc
+
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_a_script_that_turns_the_collector_off_is_said_to_and_keeps_it_off(collector_restored):
+    import gc
+
+    result = run("train_gc_off.py", "--steps", "40", "--quiet")
+    assert "the process turned the cyclic collector off (gc.disable()) in step 1" in result.output, result.output
+    assert "the automatic collector frees these cycles, late" not in result.output  # not with it off
+    assert not gc.isenabled()  # given back as the script asked, not as it was before the probe
+
+
+def test_a_script_that_freezes_objects_is_said_to(collector_restored):
+    import gc
+
+    result = run("train_gc_off.py", "--steps", "40", "--quiet", "--", "--freeze")
+    assert re.search(r"the process froze [\d,]+ objects \(gc\.freeze\(\)\) in step 1", result.output), result.output
+    assert "turned the cyclic collector off" not in result.output
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("missing.py",), "gradlint probe: error: no such file: missing.py\n"),
     (("-m", "no_such_pkg.train"), "gradlint probe: error: no module named 'no_such_pkg.train'\n"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 
 import pytest
 
@@ -132,3 +133,42 @@ def test_steps_must_alternate():
 def test_bad_options_are_a_value_error(kwargs):
     with pytest.raises(ValueError):
         StepProbe(**kwargs)
+
+
+def test_a_collector_off_or_frozen_before_the_run_is_said_and_given_back_so():
+    """A framework that turned the collector off, or froze its objects, before the first step:
+    a delayed-free cycle then never frees, and the report says so; the probe gives the collector
+    back as it found it."""
+    gc.disable()
+    gc.freeze()
+    try:
+        probe = StepProbe(steps=40, device="cpu")
+        _train(1000, None, probe)
+        notes = "\n".join(probe.finish().notes)
+        assert "the cyclic collector was off when the run began (gc.disable())" in notes
+        assert re.search(r"[\d,]+ objects were frozen \(gc\.freeze\(\)\) before the run", notes)
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_a_collector_turned_off_during_the_run_is_said_with_its_step():
+    probe = StepProbe(steps=40, device="cpu")
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        for step in range(1000):
+            probe.step_started()
+            if step == 19:
+                gc.disable()  # a framework's, at fit time
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            if probe.step_finished():
+                break
+        notes = "\n".join(probe.finish().notes)
+        assert "the process turned the cyclic collector off (gc.disable()) in step 20" in notes
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
