@@ -176,6 +176,9 @@ def _instance_attribute(owner, attr: str, kind: str) -> Holder:
     cls = type(owner)
     bindings = _global_bindings(owner)
     aliases = [f"{name}.{attr}" for _, name in bindings]
+    # The names the user's running code has for it (`net = Net()` in main()): the static finding
+    # says `net.seen.append(loss)`, and the join tries these too.
+    aliases += [f"{name}.{attr}" for name in _local_names_of(owner) if f"{name}.{attr}" not in aliases]
     if isinstance(owner, types.FunctionType):  # `record.outputs = []` on a def: named by the def
         subject = f"{owner.__qualname__}.{attr}"
         code = owner.__code__
@@ -272,6 +275,22 @@ def _is_torch_container(owner) -> bool:
     containers = (torch.nn.ParameterList, torch.nn.ParameterDict, torch.nn.ModuleList, torch.nn.ModuleDict,
                   torch.nn.Sequential)
     return isinstance(owner, containers)
+
+
+def _local_names_of(owner) -> list[str]:
+    """Local names bound to `owner` in the user's frames still running, on any thread, innermost
+    first, each name once."""
+    names: list[str] = []
+    me = sys._getframe()
+    for frame in _running_frames() + _other_threads_user_frames():
+        if frame is me or not is_user_file(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_PROBE_DIR):
+            continue
+        try:
+            items = list(frame.f_locals.items())
+        except Exception:  # noqa: BLE001 - a frame's locals proxy can fail on odd frames: none then
+            continue
+        names.extend(name for name, value in items if value is owner and name not in names and name != "self")
+    return names
 
 
 def _global_names_of(owner) -> list[str]:
