@@ -8,8 +8,12 @@ cannot be understood, changed or tested one without the other.
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the README's Quick start promises 3.10+
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

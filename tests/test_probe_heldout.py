@@ -18,7 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the README's Quick start promises 3.10+
+    import tomli as tomllib
 
 pytest.importorskip("torch")
 
