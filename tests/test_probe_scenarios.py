@@ -23,6 +23,8 @@ def test_scenario_verdict_and_static_codes_match_its_declaration(name):
         row = next(r for r in result.rows if r.holder == holder)
         if result.expected_verdict != "clean":
             assert row.agreement == "confirmed"
+        elif "GL301" in result.expected_codes:  # the int64 bytes the steps saved, measured
+            assert row.agreement == "measured"
         else:  # a leak claim that did not grow here; a rule that claims no leak says so
             assert row.agreement == ("static-only" if set(result.expected_codes) & LEAK_RULES else "not a leak claim")
 
@@ -46,6 +48,9 @@ def test_int64_index_costs_twice_the_int32_bytes_per_step_but_does_not_grow():
     # Two saved indices of E entries each: 4 bytes more per entry as int64.
     assert result.comparison["int64"] - result.comparison["int32"] == 2 * edges * 4
     assert result.report.verdict.value == "clean"
+    # What the sampled backward passes found saved: both indices, 8 bytes an entry, until backward.
+    (saved,) = result.report.saved_indices
+    assert (saved.subject, saved.bytes_per_step) == ("KNNPool64", 2 * edges * 8)
 
 
 def test_no_target_runs_the_self_test_and_exits_0_when_all_scenarios_match():

@@ -58,10 +58,14 @@ class PoolNet(torch.nn.Module):
     def __init__(self, pool) -> None:
         super().__init__()
         self.pool = pool
+        self.embed = torch.nn.Linear(16, 16)
         self.mix = torch.nn.Linear(16, 16)
 
     def forward(self, h, points):
-        return torch.relu(self.mix(self.pool.apply(h, points)))
+        # The pool's input comes from a layer: it requires grad, so the Function is in the graph
+        # and its index is saved until backward (fed the batch itself, no node is made and
+        # nothing is saved: the probe then saw no saved int64 tensor at all).
+        return torch.relu(self.mix(self.pool.apply(self.embed(h), points)))
 
 
 def make_step(device: str = "cpu", variant: str = "int64"):
