@@ -200,6 +200,11 @@ def _has_block(statement: cst.CSTNode) -> bool:
     return any(_has_block(part) for field in ("handlers", "cases") for part in getattr(statement, field, ()))
 
 
+def keeping() -> bool:
+    """Whether parsed statements are kept (the language server)."""
+    return _max_kept_text > 0
+
+
 def kept_chunks() -> int:
     """How many chunks are kept now."""
     return len(_chunks)

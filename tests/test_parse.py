@@ -167,3 +167,18 @@ def test_every_file_of_ours_writes_back_and_lints_alike(kept, path):
     again = lint_source(source, str(path), RULESET).findings  # from what was kept
     parse.keep(0)
     assert kept_findings == again == lint_source(source, str(path), RULESET).findings
+
+
+def test_in_the_editor_the_prechecks_stop_once_a_rule_takes_the_file_to_the_analysis(kept, monkeypatch):
+    from gradlint import engine
+
+    asked: list[str] = []
+    precheck = engine._precheck
+    monkeypatch.setattr(engine, "_precheck", lambda rule, tree: asked.append(rule.code) or precheck(rule, tree))
+    kept_findings = lint_source(TRAINING, "train.py", RULESET).findings
+    in_editor = list(asked)
+    parse.keep(0)
+    asked.clear()
+    assert lint_source(TRAINING, "train.py", RULESET).findings == kept_findings
+    # GL101's precheck passes (a Function is there): the rules after it go without theirs
+    assert in_editor == ["GL101"] and len(asked) > 5
