@@ -19,9 +19,9 @@ A container is named by its last attribute or its plain name (`policy.saved_log_
 
 from __future__ import annotations
 
-import libcst as cst
-
 from typing import Callable
+
+import libcst as cst
 
 from gradlint.names import dotted
 from gradlint.prescan import assigned_paths, child_nodes
