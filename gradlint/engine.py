@@ -361,17 +361,18 @@ def _by_statement(module: cst.Module, tree: ast.Module, source_lines: list[str],
         for statement, node in paired:
             if not wanted:
                 break
-            inside = wanted & _ids_in(statement, ancestors[0] if ancestors else statement)
+            top = ancestors[0] if ancestors else statement  # what the parse keeps them with
+            inside = wanted & _ids_in(statement, top)
             if not inside:
                 continue
             wanted = wanted - inside
             block = getattr(statement, "body", None)
             if isinstance(statement, (cst.ClassDef, cst.FunctionDef)) and isinstance(block, cst.IndentedBlock) \
                     and isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                    and id(statement) not in inside and _in_body(block, inside, ancestors[0] if ancestors else statement):
+                    and id(statement) not in inside and _in_body(block, inside, top):
                 pending.append(((*ancestors, statement), block.body, node.body, inside))
                 continue
-            if not _place(module, ancestors, statement, node.lineno, source_lines, positions):
+            if not _place(module, ancestors, top, statement, node.lineno, source_lines, positions):
                 return None
         if wanted:
             return None
@@ -404,12 +405,12 @@ def _ids_in(statement: cst.CSTNode, top: cst.CSTNode) -> frozenset[int]:
     return parse.memo("ids", statement, top, lambda: _holding_all([statement]))
 
 
-def _place(module: cst.Module, ancestors: tuple[cst.CSTNode, ...], statement: cst.CSTNode, line: int,
-           source_lines: list[str], positions: dict[cst.CSTNode, CodeRange]) -> bool:
+def _place(module: cst.Module, ancestors: tuple[cst.CSTNode, ...], top: cst.CSTNode, statement: cst.CSTNode,
+           line: int, source_lines: list[str], positions: dict[cst.CSTNode, CodeRange]) -> bool:
     """Positions for one statement and what it holds, from a module of it and its enclosing class
     and def headers alone; False when its line there does not hold the source's line."""
-    placed = parse.memo("placed", statement, ancestors[0] if ancestors else statement,
-                        lambda: _placed_alone(module, ancestors, statement), tuple(id(a) for a in ancestors))
+    placed = parse.memo("placed", statement, top, lambda: _placed_alone(module, ancestors, statement),
+                        tuple(id(a) for a in ancestors))
     if not (0 < line <= len(source_lines)) or placed.first_line != source_lines[line - 1]:
         return False
     shift = line - placed.line

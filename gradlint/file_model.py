@@ -513,9 +513,8 @@ class FileModel:
         scan = self._prescans.get(id(function))
         if scan is None:
             imported = frozenset(self.imports.aliases)
-            within = self._within.get(id(function))
-            scan = self._prescans[id(function)] = Prescan(function, imported) if within is None else \
-                parse.memo("prescan", function, within, lambda: Prescan(function, imported), imported)
+            scan = self._prescans[id(function)] = parse.memo(
+                "prescan", function, self._within.get(id(function)), lambda: Prescan(function, imported), imported)
         return scan
 
     def _chain(self, class_name: str) -> list[str]:
@@ -654,11 +653,8 @@ class FileModel:
     def _buffer_facts(self, function: cst.FunctionDef) -> BufferFacts:
         """A def read by trained_buffers: from the def and the import names alone, so it is kept
         with the def's statement (parse.memo) for the next lint of the same text."""
-        within = self._within.get(id(function))
-        if within is None:
-            return BufferFacts(function, self.imports)
-        return parse.memo("buffers", function, within, lambda: BufferFacts(function, self.imports),
-                          self._import_names)
+        return parse.memo("buffers", function, self._within.get(id(function)),
+                          lambda: BufferFacts(function, self.imports), self._import_names)
 
     @cached_property
     def _import_names(self) -> frozenset[tuple[str, str]]:

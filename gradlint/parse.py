@@ -54,7 +54,7 @@ _T = TypeVar("_T")
 class _Chunk:
     """A chunk's statements as the module holds them, and whether any has an indented block."""
 
-    __slots__ = ("statements", "header", "newline", "indent", "has_block", "size", "memos")
+    __slots__ = ("statements", "header", "newline", "indent", "has_block", "memos")
 
     def __init__(self, statements: tuple[cst.BaseStatement, ...], header: tuple[cst.EmptyLine, ...],
                  newline: str, indent: str, has_block: bool):
@@ -63,7 +63,6 @@ class _Chunk:
         self.newline = newline
         self.indent = indent
         self.has_block = has_block
-        self.size = 0
         # What memo() worked out from the chunk's nodes; their ids stay theirs while it is kept.
         self.memos: dict[tuple[str, int, object], object] = {}
 
@@ -158,14 +157,13 @@ def _chunk(text: str, first: bool, used: set[int]) -> _Chunk | None:
 
 def _keep(key: tuple[bool, str], chunk: _Chunk) -> None:
     global _kept_text
-    chunk.size = len(key[1])
     _chunks[key] = chunk
-    _kept_text += chunk.size
+    _kept_text += len(key[1])
     for statement in chunk.statements:
         _owners[id(statement)] = chunk
     while _kept_text > _max_kept_text and len(_chunks) > 1:
-        _, gone = _chunks.popitem(last=False)
-        _kept_text -= gone.size
+        (_, text), gone = _chunks.popitem(last=False)
+        _kept_text -= len(text)
         for statement in gone.statements:
             del _owners[id(statement)]
 
@@ -218,12 +216,14 @@ def forget() -> None:
     _kept_text = 0
 
 
-def memo(kind: str, node: cst.CSTNode, within: cst.CSTNode, compute: Callable[[], _T], extra: object = None) -> _T:
+def memo(kind: str, node: cst.CSTNode, within: cst.CSTNode | None, compute: Callable[[], _T],
+         extra: object = None) -> _T:
     """What `compute` works out from `node` (and `extra`) alone, kept with the cached chunk whose
     top-level statement `within` holds the node: a statement the parse reuses brings back what was
-    worked out for it, and the answer goes when the chunk does. A node of a file parsed whole is
-    never handed out again: its answers are not kept."""
-    chunk = _owners.get(id(within))
+    worked out for it, and the answer goes when the chunk does. A node of a file parsed whole, or
+    not known to be in one of the file's statements (None), is never handed out again: its
+    answers are not kept."""
+    chunk = _owners.get(id(within)) if within is not None else None
     if chunk is None:
         return compute()
     key = (kind, id(node), extra)

@@ -206,7 +206,7 @@ class Measurement:
             # Freezing what exists now makes each later collection cheap (it skips the
             # ~165k objects torch itself owns); objects made after warm-up are still seen.
             # The probe's own freeze, not the process's: around _CollectorWatch.
-            self._collector.originals["freeze"]() if self._collector is not None else gc.freeze()
+            self._collector.originals["freeze"]()
             self._frozen = True
         elif plan.collects(i):
             if self.name_reclaimed and not self._attributed_reclaim and run.tracked_between(run.warmup, i - 1) >= 1:
