@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -75,6 +76,8 @@ class Run:
     gc_disabled_at: int | None = None
     gc_frozen_at: int | None = None
     gc_frozen_during: int = 0  # the objects that freeze froze
+    # torch.compile calls, and entries into compiled code, from the first step on (_CompileWatch).
+    compiled: int = 0
     # int64 tensors the sampled steps saved for backward (saved.py), biggest first.
     saved_indices: list[SavedIndex] = field(default_factory=list)
     # With a chosen stride: every step was tracked from this step on, once a collection saw growth.
@@ -127,6 +130,7 @@ class Measurement:
         self._started = False
         self._was_enabled = True  # what the process wants of the collector once the probe is done
         self._collector: _CollectorWatch | None = None
+        self._compile_watch: _CompileWatch | None = None
         self._frozen = False
         self._attributed_reclaim = False
         self._tracked = False
@@ -150,6 +154,7 @@ class Measurement:
             run.gc_frozen_before = gc.get_freeze_count()
             gc.disable()
             self._collector = _CollectorWatch(self)
+            self._compile_watch = _CompileWatch(run)
             threads.watch(self.tracker)
         self.index += 1
         i = self.index
@@ -291,6 +296,9 @@ class Measurement:
         if self._collector is not None:
             self._collector.remove()
             self._collector = None
+        if self._compile_watch is not None:
+            self._compile_watch.remove()
+            self._compile_watch = None
         if self._frozen:
             gc.unfreeze()
             self._frozen = False
@@ -337,6 +345,51 @@ class _CollectorWatch:
     def remove(self) -> None:
         for name, function in self.originals.items():
             setattr(gc, name, function)
+
+
+class _CompileWatch:
+    """Whether torch.compile'd code ran during the run: the tracker is a dispatch mode, and under
+    it compiled code runs eagerly (measured on torch 2.13: a function compiled before the mode was
+    pushed ran its aten ops one by one under it, and one first called under the mode was never
+    compiled; Dynamo's counters stayed empty). The report must not let the compiled path pass for
+    measured. Counted: torch.compile calls (a script compiles after the probe began) and entries
+    into compiled code (a model compiled before: at import, or before a Trainer's fit), which go
+    through Dynamo's eval_frame._callback_from_stance with a compiler's callback on every call
+    (code Dynamo is told to skip goes through it too, with none). That is private: where a torch
+    lacks it, only the torch.compile calls are seen."""
+
+    def __init__(self, run: Run) -> None:
+        self.originals: list[tuple[object, str, object]] = []
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+
+        def counting(owner, name: str, counts=lambda *args: True) -> None:
+            original = getattr(owner, name, None)
+            if not callable(original):
+                return
+
+            def counted(*args, **kwargs):
+                if counts(*args):
+                    run.compiled += 1
+                return original(*args, **kwargs)
+
+            counted.__wrapped__ = original
+            self.originals.append((owner, name, original))
+            setattr(owner, name, counted)
+
+        counting(torch, "compile")
+        # Not imported yet: nothing was compiled, and a torch.compile call from now on is counted above.
+        eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+        if eval_frame is not None:
+            # Its argument is the frame callback: a compiler's for compiled code; None (or False) for
+            # code torch._disable_dynamo wraps (an optimizer's step()), which runs as it is.
+            counting(eval_frame, "_callback_from_stance", lambda callback=None, *rest: callback not in (None, False))
+
+    def remove(self) -> None:
+        for owner, name, original in reversed(self.originals):
+            setattr(owner, name, original)
+        self.originals = []
 
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,

@@ -191,7 +191,6 @@ def run_script(target: str, args: list[str], *, as_module: bool = False, steps: 
     sys.modules["__main__"] = module
     boundaries = _Boundaries(probe, on_step)
     ended, exit_code = "finished", None
-    compiled = _watch_compile()
     boundaries.install()
     try:
         probe.step_started()
@@ -217,16 +216,11 @@ def run_script(target: str, args: list[str], *, as_module: bool = False, steps: 
         if boundaries.report is None:
             # The script ended on its own: its globals are still in `module` (named as __main__'s).
             probe.notes.extend(_end_notes(ended, exit_code, probe, boundaries))
-            if compiled():
-                probe.notes.append(compiled())
             report = probe.finish()
         else:
             report = boundaries.report
-            if compiled():
-                report.notes.append(compiled())
     finally:
         boundaries.remove()
-        compiled.stop()
         sys.argv, sys.path[:] = saved[0], saved[1]
         if saved[2] is not None:
             sys.modules["__main__"] = saved[2]
@@ -260,45 +254,3 @@ def _project_files(before: set[str], script: str) -> list[str]:
             if path.startswith((root + os.sep, here + os.sep)) and "gradlint" not in os.path.relpath(path, root).split(os.sep)[:1]:
                 files.add(path)
     return sorted(files)
-
-
-class _CompileWatch:
-    """Whether the script ran torch.compile'd code: the tracker sees its ops only where they run
-    eagerly, so the report must not let the compiled path pass for measured."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self._original = None
-        try:
-            import torch
-        except ImportError:
-            return
-        self._original = torch.compile
-        original = self._original
-
-        def compile(*args, **kwargs):
-            self.calls += 1
-            return original(*args, **kwargs)
-
-        compile.__wrapped__ = original
-        torch.compile = compile
-
-    def __call__(self) -> str:
-        if not self.calls:
-            return ""
-        # Measured on torch 2.13: a function compiled before the mode was pushed ran its aten ops
-        # one by one under it (sin, mul, add, relu each reached the mode: eager, not the fused
-        # kernel), and one first called under the mode was never compiled (Dynamo made no graph).
-        return (f"the script called torch.compile ({self.calls}x): under the probe its code ran eagerly, op by op, "
-                "so the compiled path's memory was not measured; what is reported is the eager path's")
-
-    def stop(self) -> None:
-        if self._original is not None:
-            import torch
-
-            torch.compile = self._original
-            self._original = None
-
-
-def _watch_compile() -> _CompileWatch:
-    return _CompileWatch()

@@ -80,7 +80,7 @@ class StepProbe:
         self._measurement = Measurement(steps, warmup, gc_every, track_every, name_reclaimed=attribute)
         self._report: ProbeReport | None = None
         self._done = False
-        self.notes: list[str] = []  # a driver's own lines for the report (script mode: "compiled ...")
+        self.notes: list[str] = []  # a driver's own lines for the report (script mode: "ended after ...")
 
     # -- the driver's calls ---------------------------------------------------------------------
     def step_started(self) -> None:
@@ -187,6 +187,9 @@ def _notes(run: Run, decision: Decision) -> list[str]:
     if run.gc_frozen_at is not None:
         notes.append(f"the process froze {run.gc_frozen_during:,} objects (gc.freeze()) in step {run.gc_frozen_at}: "
                      "a cycle through them is never collected")
+    if run.compiled:
+        notes.append("torch.compile'd code ran during the steps: under the probe it ran eagerly, op by op, so the "
+                     "compiled path's memory was not measured; what is reported is the eager path's")
     verdicts = {decision.verdict, decision.measured_verdict}
     if Verdict.DELAYED_FREE in verdicts and run.gc_enabled_before and run.gc_disabled_at is None:
         notes.append("delayed-free: the automatic collector frees these cycles, late; with gc.disable() "

@@ -125,6 +125,16 @@ def test_a_step_through_a_compiled_model_is_probed_like_an_eager_one():
     leak = probe(load_target(f"{compiled}:keep_losses").step, steps=60)
     assert leak.verdict is Verdict.RETAINED and leak.bytes_per_step == pytest.approx(4.0)
     assert [h.subject for h in leak.holders] == ["losses"]
+    # Compiled at import, before the probe: every entry point's report says the compiled path went unmeasured.
+    for report in (clean, leak):
+        assert any("torch.compile'd code ran during the steps" in note for note in report.notes), report.notes
+    # Dynamo's hooks are given back: a run afterwards, with no compiled code, says nothing of it.
+    eager = probe(step("clean_step"), steps=30)
+    assert not any("torch.compile" in note for note in eager.notes), eager.notes
+    import torch
+    import torch._dynamo.eval_frame as eval_frame
+
+    assert not hasattr(torch.compile, "__wrapped__") and not hasattr(eval_frame._callback_from_stance, "__wrapped__")
 
 
 def test_steps_until_memory_is_gone_use_the_faster_of_the_tracker_and_the_heap(monkeypatch):
