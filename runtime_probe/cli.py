@@ -58,27 +58,19 @@ def _check_output(option: str, path: str, suffix: str | None = None) -> None:
         _fail(f"{option} {path}: the plot is a PNG, name it *{suffix}")
 
 
-class _Bar:
-    def __init__(self, progress) -> None:
-        self.progress = progress
-
-    def __exit__(self, *_exc) -> None:
-        self.progress.close()
-
-
 def _progress(quiet: bool, total: int, label: str):
-    """A step callback that shows steps done, elapsed time and live bytes on a terminal's stderr;
-    none when quiet or when stderr is not a terminal (progress.py)."""
+    """A step callback that shows steps done, elapsed time and live bytes on a terminal's stderr
+    (None when quiet or when stderr is not a terminal: progress.py), and the Progress itself."""
     from .progress import Progress
 
     progress = Progress(total, label.strip(), stream=sys.stderr, quiet=quiet)
     if not progress.enabled:
-        return None, None
+        return None, progress
 
     def on_step(i: int, session=None) -> None:
         progress.update(i, session.live_bytes if session is not None else None)
 
-    return on_step, _Bar(progress)
+    return on_step, progress
 
 
 def _stride(_ctx, _param, value: str) -> int | None:
@@ -196,6 +188,8 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
     from . import threads
 
     threads.install()  # before the import: a producer thread it starts is seen
+    on_step, progress = _progress(quiet, steps, "probing")
+    progress.waiting(f"importing {spec.rpartition(':')[0]}")
     try:
         loaded = load_target(spec)
         interrupt.check()
@@ -203,13 +197,13 @@ def _target(spec, steps, warmup, gc_every, track_every, device, json_file, plot_
         _fail(str(why))
     except KeyboardInterrupt as stop:
         _stopped(interrupt.signal_name(stop), f" while importing {spec.rpartition(':')[0]}: no step ran")
-    on_step, bar = _progress(quiet, steps, "probing")
+    finally:
+        progress.done_waiting()
     try:
         report = run_probe(loaded.step, steps, warmup=warmup, gc_every=gc_every, device=device, name=spec,
                            on_progress=on_step, track_every=track_every)
     finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+        progress.close()
     stopped = report.interrupted_by if report.interrupted else None
     try:
         if not report.interrupted:
@@ -260,7 +254,9 @@ def _script(target, as_module, script_args, steps, warmup, gc_every, track_every
     from .crosscheck import cross_check, files_involved, static_findings
     from .script import ScriptError, run_script
 
-    on_step, bar = _progress(quiet, steps, "probing")
+    on_step, progress = _progress(quiet, steps, "probing")
+    # The script's own set-up (imports, data) runs before its first step: the bar starts there.
+    progress.waiting(f"running {'-m ' if as_module else ''}{target}, no step finished yet")
     try:
         try:
             ran = run_script(target, list(script_args), as_module=as_module, steps=steps, warmup=warmup,
@@ -268,8 +264,7 @@ def _script(target, as_module, script_args, steps, warmup, gc_every, track_every
         except ScriptError as why:
             _fail(str(why))
     finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+        progress.close()
     report = ran.report
     stopped = report.interrupted_by if report.interrupted else None
     try:
@@ -318,13 +313,12 @@ def _selftest(steps, warmup, gc_every, track_every, device, json_file, plot_file
     results = []
     interrupted = False
     for name in NAMES:
-        on_step, bar = _progress(quiet, steps, f"{name:<20}")
+        on_step, progress = _progress(quiet, steps, f"{name:<20}")
         try:
             result = run_scenario(name, steps, warmup=warmup, gc_every=gc_every, device=device, on_step=on_step,
                                   track_every=track_every)
         finally:
-            if bar is not None:
-                bar.__exit__(None, None, None)
+            progress.close()
         results.append(result)
         if result.report.interrupted:
             interrupted = True

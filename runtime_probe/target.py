@@ -12,18 +12,12 @@ import inspect
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 
 class TargetError(Exception):
     """The target cannot be loaded: the message is the one line the user sees."""
-
-
-# An import still running after this long gets one line on stderr: a set-up that loads data for
-# minutes otherwise looks hung in a batch log.
-IMPORT_NOTICE_S = 3
 
 
 @dataclass
@@ -178,20 +172,11 @@ def _line_buffered_stdout():
             out.reconfigure(line_buffering=False)
 
 
-def _still_importing(stream, shown: str) -> None:
-    stream.write(f"gradlint probe: importing {shown} (still running after {IMPORT_NOTICE_S} s)...\n")
-    stream.flush()
-
-
 def _user_import(load: Callable[[], object], shown: str):
-    """Run the import with its stderr streamed through, and a note when it takes long; argparse's
-    usage lines are held back: when the import exits, gradlint's error is the one line."""
-    real = sys.stderr
-    stderr = _ImportStderr(real)
-    # Only on stderr, never in a report or --json; a daemon thread, so it never keeps the process.
-    notice = threading.Timer(IMPORT_NOTICE_S, _still_importing, (real, shown))
-    notice.daemon = True
-    notice.start()
+    """Run the import with its stderr streamed through; argparse's usage lines are held back: when
+    the import exits, gradlint's error is the one line. (A long import's notice is the CLI's
+    progress: progress.py.)"""
+    stderr = _ImportStderr(sys.stderr)
     try:
         with contextlib.redirect_stderr(stderr), _line_buffered_stdout():
             module = load()
@@ -200,7 +185,6 @@ def _user_import(load: Callable[[], object], shown: str):
         stderr.held = ""  # named in the message
         raise TargetError(message) from None
     finally:
-        notice.cancel()
         stderr.release()
     return module
 

@@ -277,6 +277,48 @@ def test_progress_shows_on_a_terminal_unless_quiet(quiet, tty, shown, monkeypatc
     assert bool(re.search(r"probing: step 20/20, [0-9.]+ s, live tensors [0-9.]+ \w?i?B", result.output)) is shown
 
 
+SLOW_START = """
+import time
+import torch
+
+time.sleep(1.0)  # the set-up: data loading, say
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def step():
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+if __name__ == "__main__":
+    for _ in range(30):
+        step()
+"""
+
+
+@pytest.mark.parametrize(("quiet", "tty", "shown"), [((), True, True), (("--quiet",), True, False),
+                                                  ((), False, False)])
+@pytest.mark.parametrize("mode", ["step function", "script"])
+def test_a_slow_start_says_it_is_still_running_on_a_terminal_unless_quiet(mode, quiet, tty, shown, tmp_path,
+                                                                          monkeypatch):
+    pytest.importorskip("torch")
+    from gradlint.runtime_probe import progress
+
+    monkeypatch.setattr(progress, "_isatty", lambda _stream: tty)
+    monkeypatch.setattr(progress, "WAIT_NOTICE_S", 0.2)
+    target = tmp_path / "slow_start.py"
+    target.write_text(SLOW_START)
+    args = [f"{target}:step"] if mode == "step function" else [str(target)]
+    result = run(*args, "--steps", "20", *quiet)
+    assert result.exit_code == 0, result.output
+    notice = (f"gradlint probe: importing {target} (still running after 0.2 s)...\n" if mode == "step function" else
+              f"gradlint probe: running {target}, no step finished yet (still running after 0.2 s)...\n")
+    assert (notice in result.output) is shown, result.output
+    assert result.output.count("still running") == int(shown)
+
+
 def test_a_gc_interval_the_probe_lowers_is_noted_with_the_reason():
     pytest.importorskip("torch")
     # 30 measured steps: at least four collections means one every 7 steps at most.
