@@ -45,3 +45,27 @@ def test_two_ranks_report_each_and_rank_0_sums_up_with_the_skew(tmp_path):
     assert reports[1]["rank"] == 1 and reports[1]["verdict"] == "retained"
     assert reports[1]["holders"][0]["subject"] == "debug"
     assert proc.returncode != 0  # rank 1 leaked: its exit 1 is torchrun's failure
+
+
+@pytest.mark.slow
+def test_ranks_leaking_at_different_rates_get_a_skew_by_bytes_and_files_of_their_own(tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    shutil.copy(SCRIPT, tmp_path / "train_ddp.py")
+    proc = subprocess.run(
+        [*torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+         "-m", "gradlint", "probe", "train_ddp.py", "--steps", "40", "--quiet", "--json", "probe.json",
+         "--plot", "memory-{rank}.png"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "KEEP_BY_RANK": "1", "OMP_NUM_THREADS": "1"})
+    out = proc.stdout
+    assert "gradlint probe: torchrun summary (2 of 2 ranks reported)" in out, out + proc.stderr
+    assert "  rank 0: retained  64 B/step  held by seen (40 steps)" in out
+    assert "  rank 1: retained  128 B/step  held by seen (40 steps)" in out
+    assert "  skew: rank 1 leaks 128 B/step, rank 0 64 B/step" in out
+    # A path without {rank}: `.rankN` before the suffix; with it, the rank. No two ranks share a file.
+    reports = {r: json.loads((tmp_path / f"probe.rank{r}.json").read_text())["reports"][0] for r in (0, 1)}
+    assert [reports[r]["rank"] for r in (0, 1)] == [0, 1]
+    assert [reports[r]["bytes_per_step"] for r in (0, 1)] == pytest.approx([64.0, 128.0], abs=1)
+    assert not (tmp_path / "probe.json").exists()
+    for r in (0, 1):
+        assert (tmp_path / f"memory-{r}.png").read_bytes().startswith(b"\x89PNG")

@@ -1,4 +1,6 @@
-"""A DDP script for torchrun (gloo on CPU); rank 1 keeps its losses (a per-rank debug list)."""
+"""A DDP script for torchrun (gloo on CPU). KEEP_ON_RANK1: rank 1 keeps its losses (a per-rank
+debug list). KEEP_BY_RANK: every rank keeps a tensor of (rank + 1) rows of 16 floats a step (64 B
+on rank 0, 128 B on rank 1): all ranks leak, at different rates."""
 
 import os
 
@@ -13,6 +15,7 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     debug = []
+    seen = []
     for _ in range(1000):
         loss = model(torch.randn(8, 16)).pow(2).mean()
         opt.zero_grad()
@@ -20,6 +23,8 @@ def main() -> None:
         opt.step()
         if rank == 1 and os.environ.get("KEEP_ON_RANK1"):
             debug.append(loss)
+        if os.environ.get("KEEP_BY_RANK"):
+            seen.append(torch.randn(rank + 1, 16))
     dist.destroy_process_group()
 
 
