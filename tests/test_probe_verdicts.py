@@ -79,6 +79,9 @@ def test_the_cross_check_joins_gl301_to_the_bytes_measured_and_rules_that_claim_
     # GL302 (nondeterminism) is no leak claim: it does not read "no growth".
     assert rows["GL302"].agreement == NOT_A_LEAK and rows["GL302"].verdict == "nondeterminism"
     assert rows["GL302"].bytes_per_step is None
+    # GL106 (empty_cache every step) claims a slowdown, not growth.
+    assert rows["GL106"].agreement == NOT_A_LEAK and rows["GL106"].verdict == "slowdown"
+    assert rows["GL106"].bytes_per_step is None and "not memory growth" in rows["GL106"].note
     # GL107 is a leak claim this step does not trigger (backward runs): static-only, no growth.
     assert rows["GL107"].agreement == STATIC_ONLY and rows["GL107"].verdict == "no growth"
 

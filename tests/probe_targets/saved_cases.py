@@ -88,3 +88,13 @@ def train_with_sorted_rows():
     rows = encoder(torch.randn(131072, 16))
     SortedRows.apply(rows, score).pow(2).mean().backward()
     encoder.zero_grad(set_to_none=True)
+
+
+optimizer = torch.optim.SGD(encoder.parameters(), lr=0.01)
+
+
+def train_clearing_the_cache():
+    encoder(torch.randn(64, 16)).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    torch.cuda.empty_cache()  # every step (GL106): frees nothing still referenced; a no-op on a CPU build
