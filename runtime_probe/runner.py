@@ -356,13 +356,27 @@ class _CompileWatch:
     into compiled code (a model compiled before: at import, or before a Trainer's fit), which go
     through Dynamo's eval_frame._callback_from_stance with a compiler's callback on every call
     (code Dynamo is told to skip goes through it too, with none). That is private: where a torch
-    lacks it, only the torch.compile calls are seen."""
+    lacks it, only the torch.compile calls are seen.
+
+    One set of wrappers serves every run in progress (a probe inside a probe, a Lightning fit in a
+    probed script): each wrapper counts for all of them, and the originals go back when the last
+    run is released, in whatever order the runs end."""
+
+    _runs: list[Run] = []
+    _originals: list[tuple[object, str, object]] = []
 
     def __init__(self, run: Run) -> None:
-        self.originals: list[tuple[object, str, object]] = []
+        self.run = run
+        if not _CompileWatch._runs:
+            _CompileWatch._install()
+        _CompileWatch._runs.append(run)
+
+    @staticmethod
+    def _install() -> None:
         torch = sys.modules.get("torch")
         if torch is None:
             return
+        runs = _CompileWatch._runs
 
         def counting(owner, name: str, counts=lambda *args: True) -> None:
             original = getattr(owner, name, None)
@@ -371,11 +385,12 @@ class _CompileWatch:
 
             def counted(*args, **kwargs):
                 if counts(*args):
-                    run.compiled += 1
+                    for run in runs:
+                        run.compiled += 1
                 return original(*args, **kwargs)
 
             counted.__wrapped__ = original
-            self.originals.append((owner, name, original))
+            _CompileWatch._originals.append((owner, name, original))
             setattr(owner, name, counted)
 
         counting(torch, "compile")
@@ -387,9 +402,13 @@ class _CompileWatch:
             counting(eval_frame, "_callback_from_stance", lambda callback=None, *rest: callback not in (None, False))
 
     def remove(self) -> None:
-        for owner, name, original in reversed(self.originals):
-            setattr(owner, name, original)
-        self.originals = []
+        runs = _CompileWatch._runs
+        if any(run is self.run for run in runs):
+            del runs[next(i for i, run in enumerate(runs) if run is self.run)]
+            if not runs:
+                for owner, name, original in reversed(_CompileWatch._originals):
+                    setattr(owner, name, original)
+                _CompileWatch._originals.clear()
 
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,

@@ -137,6 +137,23 @@ def test_a_step_through_a_compiled_model_is_probed_like_an_eager_one():
     assert not hasattr(torch.compile, "__wrapped__") and not hasattr(eval_frame._callback_from_stance, "__wrapped__")
 
 
+def test_the_compile_watch_serves_nested_runs_and_gives_torch_back_when_the_last_ends():
+    import torch
+
+    from gradlint.runtime_probe.runner import Run, _CompileWatch
+
+    original = torch.compile
+    outer, inner = Run(10, 0, 10), Run(10, 0, 10)
+    outer_watch = _CompileWatch(outer)
+    inner_watch = _CompileWatch(inner)
+    torch.compile(lambda x: x)  # counted for both runs in progress
+    outer_watch.remove()  # the outer run ends first: the inner one is still watched
+    assert torch.compile is not original
+    torch.compile(lambda x: x)
+    inner_watch.remove()
+    assert torch.compile is original and (outer.compiled, inner.compiled) == (1, 2)
+
+
 def test_steps_until_memory_is_gone_use_the_faster_of_the_tracker_and_the_heap(monkeypatch):
     from gradlint.runtime_probe import signals
 
