@@ -28,6 +28,7 @@ from typing import Callable, Protocol
 
 import libcst as cst
 
+from gradlint import parse
 from gradlint.names import ImportTable
 from gradlint.prechecks import walk
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes
@@ -581,7 +582,7 @@ class Project:
             return None
         self._under_way.add(module.dotted)
         try:
-            tree = cst.parse_module(source)
+            tree = parse.parse(source)
             return self._build(tree, module.path, source, self)
         except Exception:  # noqa: BLE001 - a module we cannot read answers nothing; the checked file goes on
             return None

@@ -182,3 +182,15 @@ def test_in_the_editor_the_prechecks_stop_once_a_rule_takes_the_file_to_the_anal
     assert lint_source(TRAINING, "train.py", RULESET).findings == kept_findings
     # GL101's precheck passes (a Function is there): the rules after it go without theirs
     assert in_editor == ["GL101"] and len(asked) > 5
+
+
+def test_nodes_made_outside_a_parse_are_still_validated():
+    # parse.parse skips libcst's validation of what its parser makes; a node built anywhere else
+    # (a fix's new code) is checked as before, also after a parse that failed.
+    with pytest.raises(cst.CSTValidationError):
+        cst.SimpleWhitespace("\n")
+    assert parse.parse("x = 1\n").code == "x = 1\n"
+    with pytest.raises(cst.ParserSyntaxError):
+        parse.parse("x = (\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.SimpleWhitespace("\n")
