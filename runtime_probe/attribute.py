@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import types
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -628,9 +629,23 @@ def _frame_items(frame) -> list:
         items = list(namespace.items())
     except Exception:  # noqa: BLE001 - a frame's locals proxy can fail on odd frames: none then
         return []
-    if type(namespace) is dict and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-        namespace.clear()
+    _empty_copy(frame, namespace)
     return items
+
+
+def _empty_copy(frame, namespace) -> None:
+    """Empty `namespace`, the dict frame.f_locals gave, where it is a copy. Not on a frame another
+    thread is running: a tracer there (a debugger) may be between its own read and its write-back."""
+    if type(namespace) is not dict or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        return
+    me = threading.get_ident()
+    for ident, top in sys._current_frames().items():
+        if ident != me:
+            while top is not None:
+                if top is frame:
+                    return
+                top = top.f_back
+    namespace.clear()
 
 
 def _objects_of(owner, attr: str) -> str:
@@ -1163,8 +1178,7 @@ def _emptied_locals(frame) -> int:
     """The id of a frame's f_locals dict, left empty where it is a copy (see _frame_items): a copy
     filled by an earlier read (ours, a debugger's) is no container the user put a value in."""
     namespace = frame.f_locals
-    if type(namespace) is dict and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-        namespace.clear()
+    _empty_copy(frame, namespace)
     return id(namespace)
 
 
