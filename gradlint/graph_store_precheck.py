@@ -15,9 +15,9 @@ both halves inside the one function it walks (or the module's top level), never 
   value itself or through another, or one given one); another file's function's result never is.
 The first pass collects every function's stores and cheap facts; only a function with a store
 that outlives the step and some source of graph-attached values gets its values traced
-(_GraphValues, flow's evaluation widened to "may"). Torch 2.x's own sources: 143 of the 172
-files with GL103/GL104's markers passed the earlier test (any store into an attribute), 1
-passes this one, and it holds a finding. Keep _GraphValues in step with flow.py: a source of
+(_GraphValues, flow's evaluation widened to "may"). Torch 2.13's own sources: 26 of the 200
+files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through).
+Keep _GraphValues in step with flow.py: a source of
 graph-attached values it does not know drops findings (tests/test_prechecks.py runs the corpus).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
 process, CPU time): with this precheck 42 s and 98 files analysed; with only the first pass (some
