@@ -282,12 +282,12 @@ def _local_names_of(owner) -> list[str]:
     """Local names bound to `owner` in the user's frames still running, on any thread, innermost
     first, each name once."""
     names: list[str] = []
-    me = sys._getframe()
     for frame in _running_frames() + _other_threads_user_frames():
-        if frame is me or not is_user_file(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_PROBE_DIR):
+        if not is_user_file(frame.f_code.co_filename) or frame.f_code.co_filename.startswith(_PROBE_DIR):
             continue
-        items = _frame_items(frame)
-        names.extend(name for name, value in items if value is owner and name not in names and name != "self")
+        names.extend(name for name, value in _frame_items(frame)
+                     if value is owner and name not in names and name != "self")
+    frame = None  # no frame kept past the return: see _other_threads_user_frames
     return names
 
 
@@ -538,10 +538,18 @@ def _all_running_frames() -> set[int]:
 
 
 def _other_threads_user_frames() -> list:
-    me = sys._getframe()
+    """The user's frames running on other threads.
+
+    A local of a probe function must never hold that function's own frame when it returns: the
+    probe pauses the cyclic collector, so the frame and every local it had would live on until
+    the next collection. One did (`me = sys._getframe()`), and the (name, value) pairs of
+    main()'s locals it kept read as a container holding the user's MetricTracker: the holder was
+    named `metrics` instead of `MetricTracker.total`, in some runs and not others."""
     found = []
-    for frame in sys._current_frames().values():
-        while frame is not None and frame is not me:
+    frames = sys._current_frames()
+    frames.pop(threading.get_ident(), None)
+    for frame in frames.values():
+        while frame is not None:
             if is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_PROBE_DIR):
                 found.append(frame)
             frame = frame.f_back
@@ -638,13 +646,13 @@ def _empty_copy(frame, namespace) -> None:
     thread is running: a tracer there (a debugger) may be between its own read and its write-back."""
     if type(namespace) is not dict or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
         return
-    me = threading.get_ident()
-    for ident, top in sys._current_frames().items():
-        if ident != me:
-            while top is not None:
-                if top is frame:
-                    return
-                top = top.f_back
+    others = sys._current_frames()
+    others.pop(threading.get_ident(), None)  # this frame among them would keep itself (_other_threads_user_frames)
+    for top in others.values():
+        while top is not None:
+            if top is frame:
+                return
+            top = top.f_back
     namespace.clear()
 
 

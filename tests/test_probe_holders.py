@@ -304,3 +304,34 @@ def test_a_leaf_made_in_the_step_and_held_by_a_kept_views_graph_belongs_to_the_v
     (holder,) = report.holders
     assert holder.subject == "NamedAtRunTime.ctx.cached_head"
     assert holder.bytes_per_step == pytest.approx(768.0)
+
+
+def test_the_holder_walk_keeps_no_copy_of_a_frames_locals():
+    # The probe pauses the cyclic collector: a probe function whose frame kept itself (a local
+    # holding sys._getframe()) kept the (name, value) pairs of the user's locals it had read, and
+    # the walk took them for a container holding the user's object (the held-out accelerate-style
+    # script's MetricTracker.total was named `metrics`, in some runs only).
+    import gc
+    import sys
+
+    from gradlint.runtime_probe import attribute
+
+    class Tracker:
+        pass
+
+    def users_loop():
+        tracker = Tracker()
+        assert attribute._local_names_of(tracker) == ["tracker"]
+        attribute._other_threads_user_frames()
+        attribute._emptied_locals(sys._getframe())
+        return sorted(type(r).__name__ for r in gc.get_referrers(tracker))
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        referrers = users_loop()
+    finally:
+        if enabled:
+            gc.enable()
+    # Only its own frame (or the cell of it) refers to it: no pair, list or dict the walk left.
+    assert not {"tuple", "list", "dict"} & set(referrers), referrers
