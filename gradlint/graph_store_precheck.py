@@ -17,8 +17,8 @@ The first pass collects every function's stores and cheap facts; only a function
 that outlives the step and some source of graph-attached values gets its values traced
 (_GraphValues, flow's evaluation widened to "may"). Torch 2.13's own sources: 26 of the 200
 files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through).
-Keep _GraphValues in step with flow.py: a source of
-graph-attached values it does not know drops findings (tests/test_prechecks.py runs the corpus).
+Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
+findings (tests/test_prechecks.py runs the corpus).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
 process, CPU time): with this precheck 42 s and 98 files analysed; with only the first pass (some
 store outlives the step) 79 s and 222 files; with that and may_make_graph 63 s and 158 files; the
