@@ -4,6 +4,7 @@ file's result must stand on its own, and no file may take the process down."""
 
 from __future__ import annotations
 
+import ast
 import faulthandler
 import multiprocessing
 import os
@@ -239,8 +240,11 @@ def test_nesting_of_every_kind_never_crashes_or_loses_a_file(tmp_path):
         source = path.read_text()
         lines = [line for line in run.stdout.splitlines() if line.startswith(str(path) + ":")]
         assert lines, f"{path.name}: no result"
+        # gradlint's test of a readable file is CPython's parse (engine._python_ast), not its
+        # bytecode compiler: on Python 3.10 the compiler alone gives up on 8,000 nested `+` that
+        # the parser reads, and gradlint analyses such a file (GL101 here).
         try:
-            compile(source, str(path), "exec")
+            compile(source, str(path), "exec", ast.PyCF_ONLY_AST)
         except (SyntaxError, RecursionError, MemoryError):
             assert all(" GL000 " in line or " GL001 " in line for line in lines), lines
         else:
