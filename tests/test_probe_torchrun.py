@@ -24,15 +24,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _torchrun_probe(tmp_path: Path, env: dict[str, str], *probe_args: str) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node 2 -m gradlint probe train_ddp.py --steps 40 --quiet ARGS` in tmp_path."""
+    shutil.copy(SCRIPT, tmp_path / "train_ddp.py")
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(_free_port()), "-m", "gradlint", "probe", "train_ddp.py", "--steps", "40", "--quiet",
+         *probe_args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, **env, "OMP_NUM_THREADS": "1"},
+        check=False)  # a leaking rank exits 1: the tests read the outcome
+
+
 @pytest.mark.slow
 def test_two_ranks_report_each_and_rank_0_sums_up_with_the_skew(tmp_path):
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    shutil.copy(SCRIPT, tmp_path / "train_ddp.py")
-    proc = subprocess.run(
-        [*torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-         "-m", "gradlint", "probe", "train_ddp.py", "--steps", "40", "--quiet", "--json", "probe-{rank}.json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "KEEP_ON_RANK1": "1", "OMP_NUM_THREADS": "1"})
+    proc = _torchrun_probe(tmp_path, {"KEEP_ON_RANK1": "1"}, "--json", "probe-{rank}.json")
     out = proc.stdout
     assert "train_ddp.py [rank 0] (40/40 steps" in out and "train_ddp.py [rank 1] (40/40 steps" in out, out + proc.stderr
     assert "gradlint probe: torchrun summary (2 of 2 ranks reported)" in out
@@ -49,14 +54,7 @@ def test_two_ranks_report_each_and_rank_0_sums_up_with_the_skew(tmp_path):
 
 @pytest.mark.slow
 def test_ranks_leaking_at_different_rates_get_a_skew_by_bytes_and_files_of_their_own(tmp_path):
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    shutil.copy(SCRIPT, tmp_path / "train_ddp.py")
-    proc = subprocess.run(
-        [*torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-         "-m", "gradlint", "probe", "train_ddp.py", "--steps", "40", "--quiet", "--json", "probe.json",
-         "--plot", "memory-{rank}.png"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "KEEP_BY_RANK": "1", "OMP_NUM_THREADS": "1"})
+    proc = _torchrun_probe(tmp_path, {"KEEP_BY_RANK": "1"}, "--json", "probe.json", "--plot", "memory-{rank}.png")
     out = proc.stdout
     assert "gradlint probe: torchrun summary (2 of 2 ranks reported)" in out, out + proc.stderr
     assert "  rank 0: retained  64 B/step  held by seen (40 steps)" in out
