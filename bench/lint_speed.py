@@ -15,7 +15,9 @@ tools see the same files.
 Commands (no fixes, exit status ignored; each run is timed from process start to exit):
     gradlint check --exit-zero --quiet --jobs J --no-cache DIR                      (cold)
     GRADLINT_CACHE_DIR=TMP gradlint check --exit-zero --quiet --jobs J DIR          (cached: after one warming run)
-    the same after one widely imported file is edited (the note counts the files checked again)
+    the same after one widely imported file is edited (the note counts the files checked again):
+    a comment appended, then a comment on its largest class's header line (an edit inside a
+    statement other files read, so they are checked again too)
     with --one-core: both tools under `taskset -c 0`, gradlint with --jobs 1 (CPU time, in effect)
     ruff check --isolated --select ALL --no-cache --exit-zero --quiet DIR           (cold)
     ruff check --isolated --select ALL --cache-dir TMP --exit-zero --quiet DIR      (cached: after one warming run)
@@ -28,6 +30,7 @@ The time reported is the median of --repeat runs.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import shutil
@@ -205,25 +208,44 @@ print(outcome.files_checked - outcome.files_cached, outcome.files_checked)
 _EDITED = ("nn/modules/module.py", "nn/functional.py")
 
 
-def one_file_changed(target: Path, cache_env: dict) -> Result | None:
-    """After the cached runs: append a comment to one widely imported file and run again with
-    the same cache. Only that file and the files whose findings rest on it are checked again;
-    the row's note says how many."""
+def one_file_changed(target: Path, cache_env: dict) -> list[Result]:
+    """After the cached runs, two edits of one widely imported file, each followed by a run with
+    the same cache: a comment appended (no part another file reads changes: only that file is
+    checked again), then a comment on the header line of its largest class (a statement other
+    files' findings rest on: they are checked again too). Each row's note says how many files."""
     edited = next((target / name for name in _EDITED if (target / name).is_file()), None)
     if edited is None:
         edited = next(iter(sorted(target.rglob("*.py"))), None)
     if edited is None:
-        return None
-    edited.write_text(edited.read_text() + "\n# edited by bench/lint_speed.py\n")
+        return []
+    results = []
+    text = edited.read_text() + "\n# edited by bench/lint_speed.py\n"
+    edited.write_text(text)
+    results.append(_recheck("gradlint cached, one file changed", target, cache_env, f"{edited.relative_to(target)}: a comment appended"))
+    try:
+        classes = [node for node in ast.parse(text).body if isinstance(node, ast.ClassDef)]
+    except SyntaxError:
+        classes = []
+    lines = text.splitlines(keepends=True)
+    largest = max(classes, key=lambda node: (node.end_lineno or node.lineno) - node.lineno, default=None)
+    if largest is not None and lines[largest.lineno - 1].rstrip().endswith(":"):
+        header = lines[largest.lineno - 1]
+        lines[largest.lineno - 1] = header.rstrip("\r\n") + "  # edited by bench/lint_speed.py" + header[len(header.rstrip("\r\n")):]
+        edited.write_text("".join(lines))
+        results.append(_recheck("gradlint cached, one class edited", target, cache_env,
+                                f"{edited.relative_to(target)}: a comment on class {largest.name}'s line"))
+    return results
+
+
+def _recheck(tool: str, target: Path, cache_env: dict, what: str) -> Result:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _RECHECK, str(target)], env=cache_env, capture_output=True,
                           text=True, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0 or not proc.stdout.strip():
-        return Result("gradlint cached, one file changed", 0, None, note=proc.stderr.strip()[-200:])
+        return Result(tool, 0, None, note=proc.stderr.strip()[-200:])
     rechecked, total = map(int, proc.stdout.split())
-    return Result("gradlint cached, one file changed", total, seconds,
-                  note=f"{edited.relative_to(target)} edited: {rechecked} of {total} files checked again")
+    return Result(tool, total, seconds, note=f"{what}: {rechecked} of {total} files checked again")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,9 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(measure("gradlint cached", cmd + [str(target)], tmpdir, len(rel_files), args.repeat,
                                args.verbose, env=cache_env, warm=True))
 
-        edited = one_file_changed(target, cache_env)
-        if edited is not None:
-            results.append(edited)
+        results.extend(one_file_changed(target, cache_env))
 
         if args.one_core and shutil.which("taskset"):
             # Both tools on one core, one process each: the CPU time either needs for the corpus.
@@ -345,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             if r is gl or not r.rate:
                 continue
             ratio = gl.rate / r.rate
-            if r.tool == "gradlint cached, one file changed":
-                print(f"one file changed: {r.seconds:.2f} s ({r.note})")
+            if r.tool in ("gradlint cached, one file changed", "gradlint cached, one class edited"):
+                print(f"{r.tool.removeprefix('gradlint cached, ')}: {r.seconds:.2f} s ({r.note})")
             elif r.tool == "gradlint cold, one core":
                 ruff_one = by_tool.get("ruff --select ALL cold, one core")
                 if ruff_one and ruff_one.seconds:

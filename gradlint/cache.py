@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from gradlint import __version__
-from gradlint.findings import Applicability, Edit, Finding, Fix, Severity
-from gradlint.project import file_digest
+from gradlint.findings import Applicability, Edit, Finding, Fix, Reads, Severity
+from gradlint.project import ModuleFacts, file_digest, module_as_it_is
 
 # Bump when the entry layout changes: a new format gets its own directory, and an entry carries
 # the format too, so an entry copied from another build is a miss rather than a misread.
 # 2: entries are keyed and tagged with the user's cache key.
 # 3: an entry lists the other project modules its findings rest on, with their digests.
-FORMAT = 3
+# 4: ... and the digest of each part of them it read (project.ModuleFacts.part).
+FORMAT = 4
 
 # GL000 (syntax error) and GL001 (unreadable file) are engine.SYNTAX_ERROR / engine.UNREADABLE,
 # spelled out because the engine imports this module. They depend on more than the file's bytes
@@ -87,6 +88,8 @@ class ResultCache:
             secret, self.disabled_reason = _user_key()
         self._secret = b"" if secret is None else bytes(secret)
         self._digests: dict[str, str] = {}  # the project modules' digests read this run
+        # The project modules that changed since some entry was made, as they read now: once per run.
+        self._changed: dict[tuple[str, str], ModuleFacts | None] = {}
         self._keyed()
         if self.disabled_reason is None:
             self.disabled_reason = self._prepare()
@@ -122,7 +125,7 @@ class ResultCache:
         """The findings stored for these bytes, placed at `path`; None on a miss, including an
         entry that is missing, unreadable, not a regular file, too big, truncated, corrupt, from
         another format or not made under this user's key, and one resting on another module of
-        the project that has changed since (or is gone)."""
+        the project whose parts it read have changed since (or is gone)."""
         if self.disabled_reason is not None:
             return None
         target = self._entry_file(data, file_key)
@@ -136,19 +139,28 @@ class ResultCache:
             findings, depends = _decode(payload, path)
         except (ValueError, TypeError, RecursionError):
             return None
-        for dependency, digest in depends:
+        for dependency, reads in depends:
             current = self._digests.get(dependency)
             if current is None:
                 # Once per run: a module many files import is read once.
                 current = self._digests[dependency] = file_digest(dependency) or ""
-            if current != digest:
+            if current != reads.digest and not self._reads_the_same(dependency, reads):
                 return None
         return findings
 
+    def _reads_the_same(self, path: str, reads: Reads) -> bool:
+        """Whether a module whose bytes changed still reads the same in every part an entry read
+        (a comment appended, a def nobody asked about edited)."""
+        key = (path, reads.dotted)
+        if key not in self._changed:
+            self._changed[key] = module_as_it_is(path, reads.dotted)
+        module = self._changed[key]
+        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items())
+
     def put(self, data: bytes, file_key: str, findings: Sequence[Finding],
-            depends: dict[str, str] | None = None) -> None:
-        """Store the findings for these bytes, and the (path, digest) of each other module they
-        rest on; nothing when a finding is GL000/GL001."""
+            depends: dict[str, Reads] | None = None) -> None:
+        """Store the findings for these bytes, and what they read of each other module they rest
+        on; nothing when a finding is GL000/GL001."""
         if self.disabled_reason is not None:
             return
         if any(finding.code in UNCACHED_CODES for finding in findings):
@@ -369,11 +381,12 @@ def _write_markers(directory: Path) -> None:
 # json.loads can build nothing but plain values from a corrupt file (marshal promises no such thing).
 
 
-def _encode(findings: Iterable[Finding], depends: dict[str, str]) -> bytes:
+def _encode(findings: Iterable[Finding], depends: dict[str, Reads]) -> bytes:
     rows = [[f.line, f.column, f.code, f.message, f.name, f.severity.value, f.end_line, f.end_column,
              f.subject, _fix_row(f.fix)] for f in findings]
+    reads = [[path, r.dotted, r.digest, sorted(r.parts.items())] for path, r in sorted(depends.items())]
     # ensure_ascii (the default) escapes lone surrogates instead of failing to encode them.
-    return json.dumps([FORMAT, rows, sorted(depends.items())], separators=(",", ":")).encode("ascii")
+    return json.dumps([FORMAT, rows, reads], separators=(",", ":")).encode("ascii")
 
 
 def _fix_row(fix: Fix | None) -> list | None:
@@ -383,17 +396,23 @@ def _fix_row(fix: Fix | None) -> list | None:
             [[e.start, e.end, e.content, e.line, e.column, e.end_line, e.end_column] for e in fix.edits]]
 
 
-def _decode(raw: bytes, path: str) -> tuple[list[Finding], list[tuple[str, str]]]:
+def _decode(raw: bytes, path: str) -> tuple[list[Finding], list[tuple[str, Reads]]]:
     entry = json.loads(raw)
     if type(entry) is not list or len(entry) != 3 or entry[0] != FORMAT or type(entry[1]) is not list \
             or type(entry[2]) is not list:
         raise _Corrupt("not an entry of this format")
     depends = []
     for row in entry[2]:
-        if type(row) is not list or len(row) != 2:
+        if type(row) is not list or len(row) != 4 or type(row[3]) is not list:
             raise _Corrupt("not a dependency")
-        _require(str, *row)
-        depends.append((row[0], row[1]))
+        _require(str, *row[:3])
+        parts = {}
+        for part in row[3]:
+            if type(part) is not list or len(part) != 2:
+                raise _Corrupt("not a part")
+            _require(str, *part)
+            parts[part[0]] = part[1]
+        depends.append((row[0], Reads(row[1], row[2], parts)))
     findings = []
     for row in entry[1]:
         if type(row) is not list or len(row) != 10:

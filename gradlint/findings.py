@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gradlint.links import rule_url
 
@@ -80,6 +81,17 @@ class FileResult:
     fixes_applied: int = 0
     unfixed_findings: list[Finding] = field(default_factory=list)  # reported when the fixes cannot be written
     source_digest: str = ""  # of the text the fixes were made to, to notice a file changed meanwhile
-    # The other project modules the findings rest on, with the digests of the texts read: a cached
-    # result holds only while each of them is unchanged.
-    depends: dict[str, str] = field(default_factory=dict)
+    # The other project modules the findings rest on (path -> what was read of each): a cached
+    # result holds while each of them is byte for byte the same, or still reads the same there.
+    depends: dict[str, "Reads"] = field(default_factory=dict)
+
+
+class Reads(NamedTuple):
+    """What a checked file's findings read of another module of the project: the module's dotted
+    name (its relative imports start from it), the digest of its bytes, and the digest of each part
+    read (`ModuleFacts.part`: a name looked up, a model of some statements, a statement's text).
+    An edit that changes the bytes but none of those parts leaves the findings as they were."""
+
+    dotted: str
+    digest: str
+    parts: dict[str, str]

@@ -10,9 +10,12 @@ same analysis (`FileModel`) run on that statement of the defining module, on dem
 parsed unless a checked file asks about it. What a module cannot tell (a missing file, a syntax
 error, an import cycle, a name it does not define) is unknown, never a guess and never a crash.
 
-Every module consulted is recorded with the digest of its bytes (`consulted`), transitively: a
-cached result of the checked file is valid only while each of them is unchanged, which is how a
-change to `losses.py` re-checks the trainer that imports it and nothing else.
+Every module consulted is recorded (`consulted`), transitively, with the digest of its bytes and
+of each part read there (`ModuleFacts.part`): a name looked up, the statements a model was built
+from, a statement's text. A cached result of the checked file holds while each module is byte for
+byte the same or reads the same in those parts: a change to `losses.py`'s `compute_loss` re-checks
+the trainer that calls it, and a change to a def nobody outside asked about re-checks only
+`losses.py`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Callable, Protocol
 import libcst as cst
 
 from gradlint import parse
+from gradlint.findings import Reads
 from gradlint.names import ImportTable
 from gradlint.prechecks import walk
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes
@@ -235,12 +239,13 @@ class ModuleFacts:
         self.source = source
         self.digest = digest  # of the file's bytes, as `file_digest` computes it
         self.stamp: tuple[int, int, int] | None = None  # the file's mtime, size and inode when read
-        # The other modules this one's answers so far rested on (its bases' modules, its callees').
-        self.depends: dict[str, str] = {}
+        # What this module's answers so far rested on (its bases' modules, its callees', its own parts).
+        self.depends: dict[str, Reads] = {}
         self._symbols: Symbols | None = None
         self._symbols_failed = False
         self._models: dict[frozenset[int], ModuleModel | None] = {}
         self._classes: dict[str, ClassFacts | None] = {}
+        self._parts: dict[str, str] = {}
 
     @property
     def package(self) -> str:
@@ -264,9 +269,21 @@ class ModuleFacts:
         that def or class, and the module's own defs and classes it names (its bases, its
         helpers), transitively. Every other top-level statement is blanked, so lines stay where
         they are and a 6,000-line module asked about one class costs that class."""
-        symbols = self.symbols
-        if symbols is None or name not in symbols.statements or self.dotted in self.project._under_way:
+        self.project._note_part(self, f"model:{name}")
+        wanted = self._wanted(name)
+        if wanted is None or self.dotted in self.project._under_way:
             return None  # unknown here (a cycle back to a module being read, for one)
+        key = frozenset(wanted)
+        if key not in self._models:
+            with self.project.asking(self):
+                self._models[key] = self.project._build_model(self, self._kept_source(wanted))
+        return self._models[key]
+
+    def _wanted(self, name: str) -> set[str] | None:
+        """`name` and the module's own defs and classes it names, transitively."""
+        symbols = self.symbols
+        if symbols is None or name not in symbols.statements:
+            return None
         wanted = {name}
         todo = [name]
         while todo:
@@ -274,22 +291,65 @@ class ModuleFacts:
                 if other in symbols.statements and other not in wanted:
                     wanted.add(other)
                     todo.append(other)
-        key = frozenset(wanted)
-        if key not in self._models:
-            with self.project.asking(self):
-                self._models[key] = self.project._build_model(self, self._kept_source(wanted))
-        return self._models[key]
+        return wanted
 
-    def _kept_source(self, wanted: set[str]) -> str:
+    def _kept_ranges(self, wanted: set[str]) -> list[tuple[int, int]]:
         symbols = self.symbols
         assert symbols is not None
+        return sorted([*symbols.kept, *((s.first, s.last) for n, s in symbols.statements.items() if n in wanted)])
+
+    def _kept_source(self, wanted: set[str]) -> str:
         lines = self.source.splitlines(keepends=True)
         keep = [False] * len(lines)
-        ranges = [*symbols.kept, *((s.first, s.last) for n, s in symbols.statements.items() if n in wanted)]
-        for first, last in ranges:
+        for first, last in self._kept_ranges(wanted):
             for line in range(first - 1, min(last, len(lines))):
                 keep[line] = True
         return "".join(text if kept else _blank(text) for text, kept in zip(lines, keep))
+
+    def part(self, facet: str) -> str:
+        """The digest of one part of this module as an answer reads it, so a cached result can tell
+        whether an edit reached what it read: where a part reads the same in two versions of the
+        module, so does every answer resting on it.
+        - `name:N`: what looking `N` up finds (a def or class with its lines, bases and methods, an
+          import's target, another binding, or the star imports searched next);
+        - `model:N`: the statements `model_for(N)` keeps, with their lines and text: the model is
+          built from those and nothing else (every other line is blank);
+        - `text:N`: the lines of `N`'s statement (a method's line, for messages);
+        - `symbols`: every top-level name (what a star import binds)."""
+        digest = self._parts.get(facet)
+        if digest is None:
+            digest = self._parts[facet] = bytes_digest(repr(self._read(facet)).encode("utf-8", "surrogatepass"))
+        return digest
+
+    def _read(self, facet: str) -> object:
+        symbols = self.symbols
+        if symbols is None:
+            return "no symbols"  # a syntax error: the module answers nothing
+        kind, _, name = facet.partition(":")
+        if kind == "name":
+            found = symbols.statements.get(name)
+            if found is not None:
+                return ("class" if found.is_class else "def", found.first, found.last, found.bases,
+                        sorted(found.methods))
+            target = symbols.aliases.get(name)
+            if target is not None and target != name:
+                return "alias", target
+            if name in symbols.other:
+                return "other"
+            return "stars", symbols.stars
+        if kind == "model":
+            wanted = self._wanted(name)
+            if wanted is None:
+                return None
+            lines = self.source.splitlines(keepends=True)
+            return sorted(wanted), [(first, "".join(lines[first - 1:last])) for first, last in self._kept_ranges(wanted)]
+        if kind == "text":
+            found = symbols.statements.get(name)
+            return None if found is None else self.source.splitlines(keepends=True)[found.first - 1:found.last]
+        if kind == "symbols":
+            return sorted(symbols.statements), sorted(symbols.aliases.items()), symbols.stars, \
+                sorted(symbols.exported) if symbols.exported is not None else None
+        raise ValueError(f"unknown part {facet!r}")
 
     def where(self, statement: Statement) -> str:
         """`pkg/models/base.py:4`, relative to the checked file's directory, for messages."""
@@ -314,8 +374,8 @@ class Project:
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
         self.anchor = ""  # the checked file's directory: where the names in messages start from
-        # (path, digest) of every project module read for the current file.
-        self.consulted: dict[str, str] = {}
+        # Every project module read for the current file, and what was read of it.
+        self.consulted: dict[str, Reads] = {}
 
     # ----- the file being checked -------------------------------------------------------------
 
@@ -372,6 +432,9 @@ class Project:
         return None
 
     def _defined_in(self, module: ModuleFacts, name: str, hops: int) -> Definition | None:
+        # Noted before anything is read, failures too: the answer rests on what the module says
+        # now, syntax error included, and must change when the module does.
+        self._note_part(module, f"name:{name}")
         symbols = module.symbols
         if symbols is None:
             return None
@@ -426,6 +489,7 @@ class Project:
             if not base or base == "object":
                 unknown = unknown or not base
                 continue
+            self._note_part(module, f"name:{head}")
             if head in symbols.statements and not rest:
                 qualified = f"{module.dotted}.{head}" if module.dotted else head
             else:
@@ -501,6 +565,7 @@ class Project:
         if symbols is None:
             return None
         statement = symbols.statements[found.name]
+        self._note_part(found.module, f"text:{found.name}")
         lines = found.module.source.splitlines()
         pattern = re.compile(rf"\s*(?:async\s+)?def\s+{re.escape(name)}\b")
         for number in range(statement.first, min(statement.last, len(lines)) + 1):
@@ -513,7 +578,10 @@ class Project:
         aliases (`nn` -> `torch.nn` from `import torch.nn as nn`) and its own top-level defs and
         classes. Names starting with `_` are not star-exported, unless `__all__` lists them."""
         module = self.module(qualified_module)
-        symbols = module.symbols if module is not None else None
+        if module is None:
+            return {}
+        self._note_part(module, "symbols")
+        symbols = module.symbols
         if symbols is None:
             return {}
         exported = symbols.exported
@@ -547,10 +615,17 @@ class Project:
 
     def _note(self, module: ModuleFacts) -> None:
         """The current file's findings (and the answers of the modules being asked) rest on this
-        module, and on every module its own answers rested on."""
+        module's being there, and on every module its own answers rested on."""
         for record in (self.consulted, *(asked.depends for asked in self._asking)):
-            record[module.path] = module.digest
-            record.update(module.depends)
+            _merge(record, module.path, Reads(module.dotted, module.digest, {}))
+            for path, reads in list(module.depends.items()):
+                _merge(record, path, reads)
+
+    def _note_part(self, module: ModuleFacts, facet: str) -> None:
+        """... and on this part of it (`ModuleFacts.part`)."""
+        read = Reads(module.dotted, module.digest, {facet: module.part(facet)})
+        for record in (self.consulted, *(asked.depends for asked in self._asking)):
+            _merge(record, module.path, read)
 
     @contextmanager
     def asking(self, module: ModuleFacts):
@@ -588,6 +663,24 @@ class Project:
             return None
         finally:
             self._under_way.discard(module.dotted)
+
+
+def _merge(record: dict[str, Reads], path: str, reads: Reads) -> None:
+    held = record.get(path)
+    if held is None:
+        record[path] = Reads(reads.dotted, reads.digest, dict(reads.parts))
+    elif held.parts is not reads.parts:
+        held.parts.update(reads.parts)
+
+
+def module_as_it_is(path: str, dotted: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ModuleFacts | None:
+    """The module at `path` as it reads now, to compare its parts with what a cached result read
+    (`ResultCache.get`); None when it cannot be read."""
+    data = read_bytes(path, max_bytes)
+    source = decode_source(data, max_bytes) if not isinstance(data, Unreadable) else data
+    if isinstance(source, Unreadable):
+        return None
+    return ModuleFacts(None, path, dotted, source, bytes_digest(data))  # type: ignore[arg-type]
 
 
 def _blank(line: str) -> str:

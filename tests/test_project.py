@@ -169,3 +169,54 @@ def test_a_base_class_is_named_from_each_checked_file_whatever_was_checked_first
         assert named.keys() == expected.keys(), (order, named)
         for name, base in expected.items():
             assert f"by {base};" in named[name], (order, named[name])
+
+
+def _variants(source: str):
+    """Edits of one module: ones that change no part another file reads (a comment or a def
+    appended), one that moves every line, and each line deleted in turn or made a `pass` in place
+    (a base class gone, a return changed, an import dropped, a syntax error; with and without the
+    lines below moving)."""
+    yield "a comment appended", source + "\n# edited\n"
+    yield "a def appended", source + "\n\ndef _appended_by_the_test(x):\n    return x\n"
+    yield "a line inserted at the top", "\n" + source
+    lines = source.splitlines(keepends=True)
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            yield f"line {number} deleted", "".join(lines[:number - 1] + lines[number:])
+            indent = line[:len(line) - len(line.lstrip())]
+            yield f"line {number} made a pass", "".join(lines[:number - 1] + [f"{indent}pass\n"] + lines[number:])
+
+
+@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle"])
+def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: Path, name: str):
+    """A cached result outlives an edit of a module it read when the parts it read are unchanged
+    (project.ModuleFacts.part). Whatever the edit, the cached run must give what a run without the
+    cache gives; and the edits that change nothing read elsewhere re-check the edited file only."""
+    from gradlint.check import CheckRequest, run_check
+
+    project = tmp_path / name
+    shutil.copytree(PROJECTS / name, project)
+    (project / "pyproject.toml").write_text("[tool.gradlint]\n")
+
+    def findings(**options) -> tuple[list[tuple], int]:
+        outcome = run_check(CheckRequest(paths=[project], jobs=1, **options))
+        return (sorted((f.path, f.line, f.column, f.code, f.message) for f in outcome.findings),
+                outcome.files_checked - outcome.files_cached)
+
+    findings()  # the cache, made on the original project
+    tried = quiet = 0
+    for module in sorted(project.rglob("*.py")):
+        original = module.read_text()
+        for what, text in _variants(original):
+            module.write_text(text)
+            cached, rechecked = findings()
+            fresh, _ = findings(no_cache=True)
+            assert cached == fresh, f"{module.relative_to(project)}: {what}"
+            # A new def is a new name for a star import (the stars project's): its importer reads it.
+            if what == "a comment appended" or (what == "a def appended" and name != "stars"):
+                assert rechecked == 1, f"{module.relative_to(project)}: {what} re-checked {rechecked} files"
+                quiet += 1
+            tried += 1
+            module.write_text(original)
+            findings()  # entries of the files re-checked against this variant are made again
+    assert tried > 3 * len(list(project.rglob("*.py"))) and quiet
