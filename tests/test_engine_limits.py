@@ -259,3 +259,29 @@ def test_fuzzing_mutated_real_sources_and_deep_programs_finds_nothing():
     summary = run.stdout.splitlines()[-1]
     assert summary.startswith("200 files in") and summary.endswith(" 0 problems"), summary
     assert int(summary.split(", ")[1].split()[0]) > 0, summary  # --fix was exercised, not only check
+
+
+def test_the_syntax_check_without_an_ast_answers_as_the_ast_parse():
+    """Files no rule is marked in get engine._syntax_error (the parser and symbol table, no AST
+    objects), the others engine._python_ast: a file must be reported the same either way."""
+    from gradlint import engine
+
+    sources = [make(size) + "\n" for make in NESTED.values() for size in (10, 150, 1_000, 8_000)]
+    sources += [
+        "nonlocal x\n",  # only the symbol table rejects it
+        "def f():\n    global x\n    x: int = 1\n",  # annotated name declared global: symbol table
+        "return 1\n", "yield 1\n", "await x\n", "break\n",  # only the bytecode compiler rejects these
+        "def f(a, a):\n    pass\n",  # duplicate argument: symbol table
+        "f(**a, *b)\n", "x = (\n", "def f(:\n", "print 'a'\n", "a = 1 +\n", "\0x = 1\n",
+        "x = '\\e'\n",  # an invalid escape: a SyntaxWarning, no error
+        "match x:\n    case [a, *b]:\n        pass\n", "async def f():\n    return [x async for x in y]\n",
+        "with (a as b, c as d):\n    pass\n", "def f[T](x: T) -> T:\n    return x\n", "type X = int\n",
+        "f'{a!r:>{w}}'\n", "f'{\"nested\"}'\n",
+    ]
+    sources += [path.read_text(errors="replace") for path in sorted(Path(__file__).parent.glob("fixtures/**/*.py"))]
+    assert len(sources) > 100
+    for source in sources:
+        checked = engine._syntax_error(source, "x.py")
+        parsed = engine._python_ast(source, "x.py")
+        expected = parsed if isinstance(parsed, engine.Finding) else None
+        assert checked == expected, source[:80]
