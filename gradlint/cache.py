@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 from gradlint import __version__
 from gradlint.findings import Applicability, Edit, Finding, Fix, Reads, Severity
-from gradlint.project import ModuleFacts, file_digest, module_as_it_is
+from gradlint.project import ABSENT, EXISTS, ModuleFacts, file_digest, module_as_it_is
 
 # Bump when the entry layout changes: a new format gets its own directory, and an entry carries
 # the format too, so an entry copied from another build is a miss rather than a misread.
@@ -90,6 +90,7 @@ class ResultCache:
         self._digests: dict[str, str] = {}  # the project modules' digests read this run
         # The project modules that changed since some entry was made, as they read now: once per run.
         self._changed: dict[tuple[str, str], ModuleFacts | None] = {}
+        self._layout: dict[str, bool] = {}  # whether a place of a project's layout is there, this run
         self._keyed()
         if self.disabled_reason is None:
             self.disabled_reason = self._prepare()
@@ -140,6 +141,12 @@ class ResultCache:
         except (ValueError, TypeError, RecursionError):
             return None
         for dependency, reads in depends:
+            there = reads.parts.get(EXISTS)
+            if there is not None:
+                if self._exists(dependency) != (there == "yes"):
+                    return None
+                if len(reads.parts) == 1:  # only whether it is there was read
+                    continue
             current = self._digests.get(dependency)
             if current is None:
                 # Once per run: a module many files import is read once.
@@ -155,7 +162,16 @@ class ResultCache:
         if key not in self._changed:
             self._changed[key] = module_as_it_is(path, reads.dotted)
         module = self._changed[key]
-        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items())
+        if ABSENT in reads.parts:  # looked for in vain: good while it is still not there to read
+            return module is None
+        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items()
+                                          if facet != EXISTS)
+
+    def _exists(self, path: str) -> bool:
+        there = self._layout.get(path)
+        if there is None:
+            there = self._layout[path] = os.path.exists(path)
+        return there
 
     def put(self, data: bytes, file_key: str, findings: Sequence[Finding],
             depends: dict[str, Reads] | None = None) -> None:

@@ -80,23 +80,36 @@ def _stamp(path: str) -> tuple[int, int, int] | None:
     return info.st_mtime_ns, info.st_size, info.st_ino
 
 
-def module_name_of(path: str) -> tuple[str, str]:
+def module_name_of(path: str, looked: dict[str, bool] | None = None) -> tuple[str, str]:
     """The directory Python needs on sys.path to import the file, and the file's dotted name
-    from there: up through the directories that hold an `__init__.py`."""
+    from there: up through the directories that hold an `__init__.py`. `looked` gets each
+    `__init__.py` looked for, and whether it was there."""
     file = Path(os.path.abspath(path))
     parts = [] if file.name == "__init__.py" else [file.stem]
     directory = file.parent
-    while (directory / "__init__.py").is_file() and directory.parent != directory:
+    while True:
+        init = directory / "__init__.py"
+        there = init.is_file()
+        if looked is not None:
+            looked[str(init)] = there
+        if not there or directory.parent == directory:
+            break
         parts.insert(0, directory.name)
         directory = directory.parent
     return str(directory), ".".join(parts)
 
 
-def _project_top(start: str) -> str | None:
+def _project_top(start: str, looked: dict[str, bool] | None = None) -> str | None:
+    """The nearest directory from `start` up with a project marker. `looked`: as module_name_of's."""
     directory = Path(start)
     for candidate in (directory, *directory.parents):
-        if any((candidate / marker).exists() for marker in _PROJECT_MARKERS):
-            return str(candidate)
+        for marker in _PROJECT_MARKERS:
+            place = candidate / marker
+            there = place.exists()
+            if looked is not None:
+                looked[str(place)] = there
+            if there:
+                return str(candidate)
     return None
 
 
@@ -370,6 +383,8 @@ class Project:
         self._roots: tuple[str, ...] = ()
         # (roots, dotted name) -> facts (None: not the project's)
         self._modules: dict[tuple[tuple[str, ...], str], ModuleFacts | None] = {}
+        # (roots, dotted name) -> the places looked at in vain before finding it (see _note_absent)
+        self._absent: dict[tuple[tuple[str, ...], str], list[tuple[str, Reads]]] = {}
         self._under_way: set[str] = set()
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
@@ -381,14 +396,18 @@ class Project:
 
     def begin(self, path: str) -> str:
         """Start on a checked file: its roots join the search path. Returns its dotted name."""
-        root, dotted = module_name_of(path)
+        # What decides the roots is read too: an `__init__.py` or a pyproject.toml that comes or
+        # goes changes the file's package or project, and so what its imports name.
+        looked: dict[str, bool] = {}
+        root, dotted = module_name_of(path, looked)
         roots = [root]
-        top = _project_top(root)
+        top = _project_top(root, looked)
         if top is not None:
             roots += [top, os.path.join(top, "src")]
+            looked[roots[-1]] = os.path.isdir(roots[-1])
         self._roots = tuple(dict.fromkeys(r for r in roots if os.path.isdir(r)))
         self.anchor = os.path.dirname(os.path.abspath(path))
-        self.consulted = {}
+        self.consulted = {place: Reads("", "", {EXISTS: "yes" if there else "no"}) for place, there in looked.items()}
         self._under_way = {dotted}
         return dotted
 
@@ -406,6 +425,7 @@ class Project:
                     changed = True
         # A module not found before may have been created since: looked for again, as are the stale.
         self._modules = {k: v for k, v in self._modules.items() if v is not None and v.path not in stale}
+        self._absent = {}
 
     def _loaded(self) -> dict[str, ModuleFacts]:
         return {module.path: module for module in self._modules.values() if module is not None}
@@ -609,9 +629,33 @@ class Project:
             found = self._modules[key]
         else:
             found = self._modules[key] = self._load(dotted)
+        self._note_absent(key, found)
         if found is not None:
             self._note(found)
         return found
+
+    def _note_absent(self, key: tuple[tuple[str, ...], str], found: ModuleFacts | None) -> None:
+        """The answer also rests on the places looked at before the module was found (all of them
+        when it was not): a module created there later (or one deleted, then restored) would be
+        found instead, so each is recorded as absent (`ResultCache` re-checks when it appears)."""
+        absent = self._absent.get(key)
+        if absent is None:
+            absent = []
+            for candidate in self._candidates(key[1]):
+                path = os.path.abspath(candidate)
+                if found is not None and path == found.path:
+                    break
+                absent.append((path, Reads(key[1], file_digest(path, self.max_bytes) or "", {ABSENT: ""})))
+            self._absent[key] = absent
+        for record in (self.consulted, *(asked.depends for asked in self._asking)):
+            for path, reads in absent:
+                _merge(record, path, reads)
+
+    def _candidates(self, dotted: str) -> list[str]:
+        """Where `dotted` is looked for, in order: in each root, a module file, then a package."""
+        relative = dotted.replace(".", os.sep)
+        return [candidate for root in self._roots
+                for candidate in (os.path.join(root, relative + ".py"), os.path.join(root, relative, "__init__.py"))]
 
     def _note(self, module: ModuleFacts) -> None:
         """The current file's findings (and the answers of the modules being asked) rest on this
@@ -638,18 +682,16 @@ class Project:
             self._note(module)
 
     def _load(self, dotted: str) -> ModuleFacts | None:
-        relative = dotted.replace(".", os.sep)
-        for root in self._roots:
-            for candidate in (os.path.join(root, relative + ".py"), os.path.join(root, relative, "__init__.py")):
-                if os.path.isfile(candidate):
-                    stamp = _stamp(candidate)
-                    data = read_bytes(candidate, self.max_bytes)
-                    source = decode_source(data, self.max_bytes) if not isinstance(data, Unreadable) else data
-                    if isinstance(source, Unreadable):
-                        return None
-                    facts = ModuleFacts(self, os.path.abspath(candidate), dotted, source, bytes_digest(data))
-                    facts.stamp = stamp
-                    return facts
+        for candidate in self._candidates(dotted):
+            if os.path.isfile(candidate):
+                stamp = _stamp(candidate)
+                data = read_bytes(candidate, self.max_bytes)
+                source = decode_source(data, self.max_bytes) if not isinstance(data, Unreadable) else data
+                if isinstance(source, Unreadable):
+                    return None
+                facts = ModuleFacts(self, os.path.abspath(candidate), dotted, source, bytes_digest(data))
+                facts.stamp = stamp
+                return facts
         return None
 
     def _build_model(self, module: ModuleFacts, source: str) -> ModuleModel | None:
@@ -665,12 +707,24 @@ class Project:
             self._under_way.discard(module.dotted)
 
 
+# The part a place looked at in vain is recorded with: the module must still be missing there (or
+# unreadable), whatever its bytes.
+ABSENT = "absent"
+# The part a place of the project's layout is recorded with (an `__init__.py`, a project marker):
+# "yes" or "no", whether it is there; only that was read of it.
+EXISTS = "exists"
+
+
 def _merge(record: dict[str, Reads], path: str, reads: Reads) -> None:
     held = record.get(path)
     if held is None:
         record[path] = Reads(reads.dotted, reads.digest, dict(reads.parts))
-    elif held.parts is not reads.parts:
+        return
+    if held.parts is not reads.parts:
         held.parts.update(reads.parts)
+    if (reads.digest and not held.digest) or (reads.dotted and not held.dotted):
+        # A place first recorded for its existence alone, then read as a module: its bytes count.
+        record[path] = Reads(held.dotted or reads.dotted, held.digest or reads.digest, held.parts)
 
 
 def module_as_it_is(path: str, dotted: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ModuleFacts | None:

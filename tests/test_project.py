@@ -175,7 +175,8 @@ def _variants(source: str):
     """Edits of one module: ones that change no part another file reads (a comment or a def
     appended), one that moves every line, and each line deleted in turn or made a `pass` in place
     (a base class gone, a return changed, an import dropped, a syntax error; with and without the
-    lines below moving)."""
+    lines below moving). None: the module deleted."""
+    yield "the module deleted", None
     yield "a comment appended", source + "\n# edited\n"
     yield "a def appended", source + "\n\ndef _appended_by_the_test(x):\n    return x\n"
     yield "a line inserted at the top", "\n" + source
@@ -203,12 +204,15 @@ def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: P
         return (sorted((f.path, f.line, f.column, f.code, f.message) for f in outcome.findings),
                 outcome.files_checked - outcome.files_cached)
 
-    findings()  # the cache, made on the original project
+    baseline, _ = findings()  # the cache, made on the original project
     tried = quiet = 0
     for module in sorted(project.rglob("*.py")):
         original = module.read_text()
         for what, text in _variants(original):
-            module.write_text(text)
+            if text is None:
+                module.unlink()
+            else:
+                module.write_text(text)
             cached, rechecked = findings()
             fresh, _ = findings(no_cache=True)
             assert cached == fresh, f"{module.relative_to(project)}: {what}"
@@ -218,5 +222,6 @@ def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: P
                 quiet += 1
             tried += 1
             module.write_text(original)
-            findings()  # entries of the files re-checked against this variant are made again
+            # The files re-checked against the variant are checked again, as the original reads.
+            assert findings()[0] == baseline, f"{module.relative_to(project)}: {what}, then undone"
     assert tried > 3 * len(list(project.rglob("*.py"))) and quiet
