@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def recording_lint_source(source, path, ruleset):
         result = lint_source(source, path, ruleset)
-        for module in result.depends:
-            if module != path:
+        for module, reads in result.depends.items():
+            # Modules read, not the places looked at in vain or the layout (__init__.py, markers).
+            if module != path and module.endswith(".py") and reads.digest and "absent" not in reads.parts:
                 readers.setdefault(module, set()).add(path)
         return result
 

@@ -38,7 +38,8 @@ from gradlint.project import ABSENT, EXISTS, ModuleFacts, file_digest, module_as
 # the format too, so an entry copied from another build is a miss rather than a misread.
 # 2: entries are keyed and tagged with the user's cache key.
 # 3: an entry lists the other project modules its findings rest on, with their digests.
-# 4: ... and the digest of each part of them it read (project.ModuleFacts.part).
+# 4: ... and what it read of each (the digests of project.ModuleFacts.part), the places a module was
+#    looked for in vain, and the __init__.py files and project markers that set the file's roots.
 FORMAT = 4
 
 # GL000 (syntax error) and GL001 (unreadable file) are engine.SYNTAX_ERROR / engine.UNREADABLE,

@@ -90,7 +90,9 @@ class Reads(NamedTuple):
     """What a checked file's findings read of another module of the project: the module's dotted
     name (its relative imports start from it), the digest of its bytes, and the digest of each part
     read (`ModuleFacts.part`: a name looked up, a model of some statements, a statement's text).
-    An edit that changes the bytes but none of those parts leaves the findings as they were."""
+    An edit that changes the bytes but none of those parts leaves the findings as they were.
+    Two parts stand for the file system itself: `absent` (a module looked for there in vain) and
+    `exists` ("yes"/"no": an `__init__.py` or project marker that decided the file's roots)."""
 
     dotted: str
     digest: str

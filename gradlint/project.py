@@ -15,7 +15,9 @@ of each part read there (`ModuleFacts.part`): a name looked up, the statements a
 from, a statement's text. A cached result of the checked file holds while each module is byte for
 byte the same or reads the same in those parts: a change to `losses.py`'s `compute_loss` re-checks
 the trainer that calls it, and a change to a def nobody outside asked about re-checks only
-`losses.py`.
+`losses.py`. What was read of the file system is recorded the same way: the places a module was
+looked for in vain, and the `__init__.py` files and project markers that set the checked file's
+package and roots, so a module that comes back after a deletion re-checks its importers.
 """
 
 from __future__ import annotations
