@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 from gradlint import __version__
 from gradlint.findings import Applicability, Edit, Finding, Fix, Reads, Severity
-from gradlint.project import ABSENT, EXISTS, ModuleFacts, file_digest, module_as_it_is
+from gradlint.project import Disk
 
 # Bump when the entry layout changes: a new format gets its own directory, and an entry carries
 # the format too, so an entry copied from another build is a miss rather than a misread.
@@ -88,10 +88,7 @@ class ResultCache:
         if secret is None:
             secret, self.disabled_reason = _user_key()
         self._secret = b"" if secret is None else bytes(secret)
-        self._digests: dict[str, str] = {}  # the project modules' digests read this run
-        # The project modules that changed since some entry was made, as they read now: once per run.
-        self._changed: dict[tuple[str, str], ModuleFacts | None] = {}
-        self._layout: dict[str, bool] = {}  # whether a place of a project's layout is there, this run
+        self._disk = Disk()  # the project's modules as they read now, each read once per run
         self._keyed()
         if self.disabled_reason is None:
             self.disabled_reason = self._prepare()
@@ -141,38 +138,11 @@ class ResultCache:
             findings, depends = _decode(payload, path)
         except (ValueError, TypeError, RecursionError):
             return None
-        for dependency, reads in depends:
-            there = reads.parts.get(EXISTS)
-            if there is not None:
-                if self._exists(dependency) != (there == "yes"):
-                    return None
-                if len(reads.parts) == 1:  # only whether it is there was read
-                    continue
-            current = self._digests.get(dependency)
-            if current is None:
-                # Once per run: a module many files import is read once.
-                current = self._digests[dependency] = file_digest(dependency) or ""
-            if current != reads.digest and not self._reads_the_same(dependency, reads):
-                return None
-        return findings
-
-    def _reads_the_same(self, path: str, reads: Reads) -> bool:
-        """Whether a module whose bytes changed still reads the same in every part an entry read
-        (a comment appended, a def nobody asked about edited)."""
-        key = (path, reads.dotted)
-        if key not in self._changed:
-            self._changed[key] = module_as_it_is(path, reads.dotted)
-        module = self._changed[key]
-        if ABSENT in reads.parts:  # looked for in vain: good while it is still not there to read
-            return module is None
-        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items()
-                                          if facet != EXISTS)
-
-    def _exists(self, path: str) -> bool:
-        there = self._layout.get(path)
-        if there is None:
-            there = self._layout[path] = os.path.exists(path)
-        return there
+        # A module edited where the entry read nothing (a comment appended, a def nobody asked
+        # about) leaves it good: project.Disk compares the parts read, not the bytes.
+        if all(self._disk.still_reads(dependency, reads) for dependency, reads in depends):
+            return findings
+        return None
 
     def put(self, data: bytes, file_key: str, findings: Sequence[Finding],
             depends: dict[str, Reads] | None = None) -> None:
@@ -208,6 +178,7 @@ class ResultCache:
         # Sent to pool workers under spawn/forkserver; a hashlib object does not pickle.
         state = dict(self.__dict__)
         del state["_name_state"], state["_tag_state"]
+        state["_disk"] = Disk()  # what the parent read of the project is not the workers' business
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -414,17 +414,17 @@ class Project:
         return dotted
 
     def refresh(self) -> None:
-        """Forget the modules edited since they were read, and those whose answers rested on
-        them: for a process that lives across edits (an editor's server). A batch run reads each
-        module once and needs none of this."""
-        stale = {path for path, module in self._loaded().items() if _stamp(path) != module.stamp}
-        changed = bool(stale)
-        while changed:
-            changed = False
-            for path, module in self._loaded().items():
-                if path not in stale and stale.intersection(module.depends):
-                    stale.add(path)
-                    changed = True
+        """Forget the modules edited since they were read, and those whose answers read something
+        that reads otherwise now (a part of an edited module, a module that appeared where one was
+        looked for in vain): for a process that lives across edits (an editor's server). An edit
+        no answer read keeps the other modules' models. A batch run reads each module once and
+        needs none of this. What a module's answers read of other modules through a third is in
+        its own record too (`_note`), so no cascade is needed."""
+        loaded = self._loaded()
+        disk = Disk(self.max_bytes)
+        stale = {path for path, module in loaded.items() if _stamp(path) != module.stamp}
+        stale |= {path for path, module in loaded.items() if path not in stale and not all(
+            disk.still_reads(other, reads) for other, reads in module.depends.items() if other != path)}
         # A module not found before may have been created since: looked for again, as are the stale.
         self._modules = {k: v for k, v in self._modules.items() if v is not None and v.path not in stale}
         self._absent = {}
@@ -729,14 +729,50 @@ def _merge(record: dict[str, Reads], path: str, reads: Reads) -> None:
         record[path] = Reads(held.dotted or reads.dotted, held.digest or reads.digest, held.parts)
 
 
-def module_as_it_is(path: str, dotted: str, max_bytes: int = DEFAULT_MAX_BYTES) -> ModuleFacts | None:
-    """The module at `path` as it reads now, to compare its parts with what a cached result read
-    (`ResultCache.get`); None when it cannot be read."""
-    data = read_bytes(path, max_bytes)
-    source = decode_source(data, max_bytes) if not isinstance(data, Unreadable) else data
-    if isinstance(source, Unreadable):
-        return None
-    return ModuleFacts(None, path, dotted, source, bytes_digest(data))  # type: ignore[arg-type]
+class Disk:
+    """The project's files as they are now, each read at most once: whether what an answer read of
+    a module (`Reads`) still reads the same, for a cached result (`ResultCache.get`) or a module
+    kept by the editor (`Project.refresh`)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self._digests: dict[str, str] = {}
+        self._modules: dict[tuple[str, str], ModuleFacts | None] = {}
+        self._there: dict[str, bool] = {}
+
+    def still_reads(self, path: str, reads: Reads) -> bool:
+        there = reads.parts.get(EXISTS)
+        if there is not None:
+            if self._exists(path) != (there == "yes"):
+                return False
+            if len(reads.parts) == 1:  # only whether it is there was read
+                return True
+        digest = self._digests.get(path)
+        if digest is None:
+            digest = self._digests[path] = file_digest(path, self.max_bytes) or ""
+        if digest == reads.digest:
+            return True
+        key = (path, reads.dotted)
+        if key not in self._modules:
+            self._modules[key] = self._module(path, reads.dotted)
+        module = self._modules[key]
+        if ABSENT in reads.parts:  # looked for in vain: good while it is still not there to read
+            return module is None
+        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items()
+                                          if facet != EXISTS)
+
+    def _exists(self, path: str) -> bool:
+        there = self._there.get(path)
+        if there is None:
+            there = self._there[path] = os.path.exists(path)
+        return there
+
+    def _module(self, path: str, dotted: str) -> ModuleFacts | None:
+        data = read_bytes(path, self.max_bytes)
+        source = decode_source(data, self.max_bytes) if not isinstance(data, Unreadable) else data
+        if isinstance(source, Unreadable):
+            return None
+        return ModuleFacts(None, path, dotted, source, bytes_digest(data))  # type: ignore[arg-type]
 
 
 def _blank(line: str) -> str:

@@ -225,3 +225,54 @@ def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: P
             # The files re-checked against the variant are checked again, as the original reads.
             assert findings()[0] == baseline, f"{module.relative_to(project)}: {what}, then undone"
     assert tried > 3 * len(list(project.rglob("*.py"))) and quiet
+
+
+@pytest.mark.parametrize("name", ["trainer", "meters", "inherits", "stars"])
+def test_the_editors_project_after_any_edit_answers_as_a_fresh_one(tmp_path: Path, name: str, monkeypatch):
+    """The editor keeps one Project across lints (engine._project, refreshed before each): after
+    any edit of a module on disk, every file must lint as with a Project made afresh, and an edit
+    that changes nothing another module's answers read keeps that module's models."""
+    import os
+
+    from gradlint import engine
+    from gradlint.config import Settings
+
+    project = tmp_path / name
+    shutil.copytree(PROJECTS / name, project)
+    ruleset = engine.RuleSet.from_settings(Settings())
+    files = sorted(project.rglob("*.py"))
+    monkeypatch.setattr(engine, "_in_run", False)
+    saved = [10**18]  # an editor's save: a new mtime every time, however fast the test writes
+
+    def save(path: Path, text: str | None) -> None:
+        if text is None:
+            path.unlink()
+            return
+        path.write_text(text)
+        saved[0] += 10**9
+        os.utime(path, ns=(saved[0], saved[0]))
+
+    def lint_all(kept):
+        engine._project = kept  # None: a Project made afresh
+        found = {path.name: sorted((f.line, f.column, f.code, f.message)
+                                   for f in engine.lint_source(path.read_text(), str(path), ruleset).findings)
+                 for path in files if path.exists()}
+        return found, engine._project
+
+    monkeypatch.setattr(engine, "_project", None)
+    baseline, kept = lint_all(None)
+    kept_models = 0
+    for module in files:
+        original = module.read_text()
+        for what, text in _variants(original):
+            others = {path: facts for path, facts in kept._loaded().items() if path != str(module)}
+            save(module, text)
+            warm, kept = lint_all(kept)
+            fresh, _ = lint_all(None)
+            assert warm == fresh, f"{module.relative_to(project)}: {what}"
+            if what == "a comment appended":
+                kept_models += sum(kept._loaded().get(path) is facts for path, facts in others.items())
+            save(module, original)
+            undone, kept = lint_all(kept)
+            assert undone == baseline, f"{module.relative_to(project)}: {what}, then undone"
+    assert kept_models
