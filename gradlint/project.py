@@ -758,7 +758,7 @@ class Disk:
         module = self._modules[key]
         if ABSENT in reads.parts:  # looked for in vain: good while it is still not there to read
             return module is None
-        return module is not None and all(module.part(facet) == digest for facet, digest in reads.parts.items()
+        return module is not None and all(module.part(facet) == read for facet, read in reads.parts.items()
                                           if facet != EXISTS)
 
     def _exists(self, path: str) -> bool:
