@@ -18,6 +18,7 @@ findings again, and each edit starts from the same cache.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -52,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--edits", type=int, default=40, help="edits per tree (default 40)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-
-    import os
 
     from gradlint import engine
     from gradlint.check import CheckRequest, run_check

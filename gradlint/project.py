@@ -28,6 +28,7 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -314,7 +315,7 @@ class ModuleFacts:
         return sorted([*symbols.kept, *((s.first, s.last) for n, s in symbols.statements.items() if n in wanted)])
 
     def _kept_source(self, wanted: set[str]) -> str:
-        lines = self.source.splitlines(keepends=True)
+        lines = self.lines
         keep = [False] * len(lines)
         for first, last in self._kept_ranges(wanted):
             for line in range(first - 1, min(last, len(lines))):
@@ -336,31 +337,47 @@ class ModuleFacts:
             digest = self._parts[facet] = bytes_digest(repr(self._read(facet)).encode("utf-8", "surrogatepass"))
         return digest
 
+    def lookup(self, name: str) -> tuple[str, object] | None:
+        """What the module binds `name` to, as a name is resolved here: ("statement", its def or
+        class), ("alias", what an import names), ("other", None) for another binding, or
+        ("stars", the modules star-imported, searched next). None: the module does not parse."""
+        symbols = self.symbols
+        if symbols is None:
+            return None
+        if name in symbols.statements:
+            return "statement", symbols.statements[name]
+        target = symbols.aliases.get(name)
+        if target is not None and target != name:
+            return "alias", target
+        if name in symbols.other:
+            return "other", None
+        return "stars", symbols.stars
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """The source's lines with their breaks: for the modules whose statements are asked about."""
+        return self.source.splitlines(keepends=True)
+
     def _read(self, facet: str) -> object:
         symbols = self.symbols
         if symbols is None:
             return "no symbols"  # a syntax error: the module answers nothing
         kind, _, name = facet.partition(":")
         if kind == "name":
-            found = symbols.statements.get(name)
-            if found is not None:
+            found_as = self.lookup(name)
+            if found_as is not None and found_as[0] == "statement":
+                found = found_as[1]  # its place and shape, not the names it reads (a model's part)
                 return ("class" if found.is_class else "def", found.first, found.last, found.bases,
                         sorted(found.methods))
-            target = symbols.aliases.get(name)
-            if target is not None and target != name:
-                return "alias", target
-            if name in symbols.other:
-                return "other"
-            return "stars", symbols.stars
+            return found_as
         if kind == "model":
             wanted = self._wanted(name)
             if wanted is None:
                 return None
-            lines = self.source.splitlines(keepends=True)
-            return sorted(wanted), [(first, "".join(lines[first - 1:last])) for first, last in self._kept_ranges(wanted)]
+            return sorted(wanted), [(first, "".join(self.lines[first - 1:last])) for first, last in self._kept_ranges(wanted)]
         if kind == "text":
             found = symbols.statements.get(name)
-            return None if found is None else self.source.splitlines(keepends=True)[found.first - 1:found.last]
+            return None if found is None else self.lines[found.first - 1:found.last]
         if kind == "symbols":
             return sorted(symbols.statements), sorted(symbols.aliases.items()), symbols.stars, \
                 sorted(symbols.exported) if symbols.exported is not None else None
@@ -457,17 +474,17 @@ class Project:
         # Noted before anything is read, failures too: the answer rests on what the module says
         # now, syntax error included, and must change when the module does.
         self._note_part(module, f"name:{name}")
-        symbols = module.symbols
-        if symbols is None:
+        found_as = module.lookup(name)
+        if found_as is None:
             return None
-        if name in symbols.statements:
+        kind, value = found_as
+        if kind == "statement":
             return Definition(module, name)
-        target = symbols.aliases.get(name)
-        if target is not None and target != name:
-            return self.resolve(target, hops + 1)
-        if name in symbols.other:
+        if kind == "alias":
+            return self.resolve(value, hops + 1)
+        if kind == "other":
             return None  # bound here some other way (`Encoder = make_encoder()`): unknown
-        for star in symbols.stars:
+        for star in value:
             found = self.resolve(f"{star}.{name}", hops + 1)
             if found is not None:
                 return found

@@ -538,20 +538,26 @@ def _all_running_frames() -> set[int]:
 
 
 def _other_threads_user_frames() -> list:
-    """The user's frames running on other threads.
+    """The user's frames running on other threads."""
+    return [frame for frame in _other_threads_frames()
+            if is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_PROBE_DIR)]
+
+
+def _other_threads_frames() -> list:
+    """Every frame running on another thread, each stack from its top.
 
     A local of a probe function must never hold that function's own frame when it returns: the
     probe pauses the cyclic collector, so the frame and every local it had would live on until
     the next collection. One did (`me = sys._getframe()`), and the (name, value) pairs of
     main()'s locals it kept read as a container holding the user's MetricTracker: the holder was
-    named `metrics` instead of `MetricTracker.total`, in some runs and not others."""
+    named `metrics` instead of `MetricTracker.total`, in some runs and not others. So this
+    thread's stack is left out of sys._current_frames() before any loop runs over it."""
     found = []
-    frames = sys._current_frames()
-    frames.pop(threading.get_ident(), None)
-    for frame in frames.values():
+    tops = sys._current_frames()
+    tops.pop(threading.get_ident(), None)
+    for frame in tops.values():
         while frame is not None:
-            if is_user_file(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_PROBE_DIR):
-                found.append(frame)
+            found.append(frame)
             frame = frame.f_back
     return found
 
@@ -646,13 +652,8 @@ def _empty_copy(frame, namespace) -> None:
     thread is running: a tracer there (a debugger) may be between its own read and its write-back."""
     if type(namespace) is not dict or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
         return
-    others = sys._current_frames()
-    others.pop(threading.get_ident(), None)  # this frame among them would keep itself (_other_threads_user_frames)
-    for top in others.values():
-        while top is not None:
-            if top is frame:
-                return
-            top = top.f_back
+    if any(running is frame for running in _other_threads_frames()):
+        return
     namespace.clear()
 
 

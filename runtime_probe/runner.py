@@ -403,12 +403,14 @@ class _CompileWatch:
 
     def remove(self) -> None:
         runs = _CompileWatch._runs
-        if any(run is self.run for run in runs):
-            del runs[next(i for i, run in enumerate(runs) if run is self.run)]
-            if not runs:
-                for owner, name, original in reversed(_CompileWatch._originals):
-                    setattr(owner, name, original)
-                _CompileWatch._originals.clear()
+        index = next((i for i, run in enumerate(runs) if run is self.run), None)
+        if index is None:  # removed already
+            return
+        del runs[index]
+        if not runs:
+            for owner, name, original in reversed(_CompileWatch._originals):
+                setattr(owner, name, original)
+            _CompileWatch._originals.clear()
 
 
 def run_steps(step: Callable[[], object], steps: int, warmup: int, gc_every: int,
