@@ -45,6 +45,7 @@ class KernelLaunch:
 
     node: cst.Call
     kernel: str
+    defined_in: str | None = None  # `ops/kernels.py:12`, for a kernel imported from another module
 
 
 def nondeterministic_sums_in_backward(model: FileModel, function: AutogradFunction,
@@ -61,18 +62,25 @@ def nondeterministic_sums_in_backward(model: FileModel, function: AutogradFuncti
 
 
 def atomic_kernel_launches_from_backward(model: FileModel) -> list[KernelLaunch]:
-    """Launches of the file's tl.atomic_add kernels made in backward or in a helper of the file
-    that backward calls."""
-    kernels = model.atomic_kernels
-    if not kernels:
+    """Launches of tl.atomic_add kernels, the file's own or imported from another module of the
+    project, made in backward or in a helper of the file that backward calls."""
+    if not model.function_classes:
         return []
+    kernels = model.atomic_kernels
     running = model.backward_defs
     found = []
     for site in model.call_sites:
         func = site.call.func  # `_bwd_kernel[grid](...)`: a launch, in backward or a helper it calls
-        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) and func.value.value in kernels \
-                and site.function is not None and id(site.function) in running:
-            found.append(KernelLaunch(site.call, func.value.value))
+        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name)
+                and site.function is not None and id(site.function) in running):
+            continue
+        name = func.value.value
+        if name in kernels:
+            found.append(KernelLaunch(site.call, name))
+        else:
+            defined_in = model.imported_atomic_kernel(name)
+            if defined_in is not None:
+                found.append(KernelLaunch(site.call, name, defined_in))
     return found
 
 

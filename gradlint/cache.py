@@ -40,7 +40,9 @@ from gradlint.project import Disk
 # 3: an entry lists the other project modules its findings rest on, with their digests.
 # 4: ... and what it read of each (the digests of project.ModuleFacts.part), the places a module was
 #    looked for in vain, and the __init__.py files and project markers that set the file's roots.
-FORMAT = 4
+# 5: a message names a decorated def or class of another module at its `def`/`class` line, not
+#    its first decorator's: entries made before would answer otherwise than a fresh run.
+FORMAT = 5
 
 # GL000 (syntax error) and GL001 (unreadable file) are engine.SYNTAX_ERROR / engine.UNREADABLE,
 # spelled out because the engine imports this module. They depend on more than the file's bytes

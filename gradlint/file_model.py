@@ -916,6 +916,22 @@ class FileModel:
         return frozenset(name for name, function in self.functions.items()
                          if any(self._triton(alias) for alias in self.prescan(function).atomic_sums))
 
+    def imported_atomic_kernel(self, name: str) -> str | None:
+        """Where the Triton kernel this file imports as `name` is defined (`ops/kernels.py:12`),
+        when it adds floats atomically there as `atomic_kernels` reads a kernel of the file; None
+        for anything else: not imported from the project, or no such kernel."""
+        if self.project is None or name not in self.imports.aliases or name in self.functions:
+            return None
+        qualified = self.imports.aliases[name]
+        found = self.project.function(qualified)
+        if found is None:
+            return None
+        model, _, module = found
+        with self.project.asking(module):
+            if qualified.rpartition(".")[2] not in model.atomic_kernels:
+                return None
+        return self.project.where_defined(qualified) or qualified
+
     @cached_property
     def backward_defs(self) -> frozenset[int]:
         """The defs that run when an autograd Function's backward runs: the backwards themselves and

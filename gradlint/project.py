@@ -166,6 +166,7 @@ class Statement:
     names: frozenset[str]  # the names it reads: its bases, the helpers it calls
     bases: tuple[str, ...] = ()  # a class's bases as written (`nn.Module`, `Base`); "" for one not a dotted name
     methods: frozenset[str] = frozenset()  # a class's own defs
+    line: int = 0  # the `def` or `class` line, below any decorators: the line messages name
 
 
 def _symbols(tree: ast.Module, package: str) -> Symbols:
@@ -188,7 +189,7 @@ def _symbols(tree: ast.Module, package: str) -> Symbols:
                     index, first, node.end_lineno or first, is_class, names,
                     tuple(_dotted(b) for b in node.bases) if is_class else (),
                     frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-                    if is_class else frozenset())
+                    if is_class else frozenset(), node.lineno)
             table.aliases.pop(node.name, None)
             continue
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -367,7 +368,7 @@ class ModuleFacts:
             found_as = self.lookup(name)
             if found_as is not None and found_as[0] == "statement":
                 found = found_as[1]  # its place and shape, not the names it reads (a model's part)
-                return ("class" if found.is_class else "def", found.first, found.last, found.bases,
+                return ("class" if found.is_class else "def", found.first, found.line, found.last, found.bases,
                         sorted(found.methods))
             return found_as
         if kind == "model":
@@ -386,7 +387,7 @@ class ModuleFacts:
     def where(self, statement: Statement) -> str:
         """`pkg/models/base.py:4`, relative to the checked file's directory, for messages."""
         relative = os.path.relpath(self.path, self.project.anchor) if self.project.anchor else self.path
-        return f"{relative}:{statement.first}"
+        return f"{relative}:{statement.line}"
 
 
 class Project:

@@ -35,8 +35,10 @@ class NondeterministicAccumulateInBackward(Rule):
     name = "nondeterministic-accumulate-in-backward"
     severity = Severity.WARNING
     summary = "scatter_add_/index_add_/index_put_(accumulate=True) in backward: float gradients differ run to run"
+    # `](`: the launch of a Triton kernel another module defines (`_bwd_kernel[grid](...)`), whose
+    # atomic add is not in this file's text.
     markers = tuple((anchor, op) for anchor in ("backward", "register_autograd")
-                    for op in ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic", "Atomic"))
+                    for op in ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic", "Atomic", "]("))
     doc = f"""
 ## What it does
 Flags, inside a custom autograd Function's `backward` (a `torch.autograd.Function` subclass or a
@@ -50,9 +52,10 @@ order that changes from run to run:
   float32 accumulation adds from several threads at once (on CUDA torch sorts the indices first);
 - `gradlint.cuda_ext.scatter_add(...)` without `deterministic=True`, which picks its atomic
   kernel on CUDA;
-- the launch of a Triton kernel of the same file that calls `tl.atomic_add` with a value that is
-  not an integer literal (`_bwd_kernel[grid](...)`), in backward or in a helper of the file that
-  backward calls;
+- the launch of a Triton kernel that calls `tl.atomic_add` with a value that is not an integer
+  literal (`_bwd_kernel[grid](...)`), in backward or in a helper of the file that backward calls;
+  the kernel is defined in the same file or imported from another module of the project (the
+  message names where);
 - calls into a custom kernel whose name says it adds atomically (`_ext.scatter_add_atomic`,
   `torch.ops.mylib.atomic_segment_sum`, an imported `atomicAdd`); a function defined in the same
   file is not one.
@@ -258,6 +261,7 @@ pick.register_autograd(backward, setup_context=setup_context)
                 yield Hit(found.node, _MESSAGES[found.kind].format(shown=found.shown),
                           subject=f"{function.name}.backward")
         for launch in atomic_kernel_launches_from_backward(model):
+            where = f" ({launch.defined_in})" if launch.defined_in else ""
             yield Hit(launch.node, (
-                f"`{launch.kernel}` in backward adds floats with tl.atomic_add: gradients vary run to run; reduce in "
-                "a fixed order"), subject=launch.kernel)
+                f"`{launch.kernel}`{where} in backward: float tl.atomic_add varies gradients; "
+                "sum in a fixed order"), subject=launch.kernel)

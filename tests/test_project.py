@@ -43,7 +43,7 @@ def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
             for f in findings if f["code"] != "GL000"}
 
 
-@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits"])
+@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels"])
 def test_each_project_gets_exactly_its_expected_findings(name: str):
     root = PROJECTS / name
     assert _found(root, _check(root, cwd=root)) == _expected(root)
@@ -97,7 +97,7 @@ def test_a_change_to_an_imported_module_rechecks_the_files_that_rest_on_it(tmp_p
 def test_findings_that_rest_on_another_file_name_it():
     """The message says which def of which file the finding rests on, at the line that file has it."""
     messages = {}
-    for name in ("trainer", "meters", "ctx_helper", "inherits"):
+    for name in ("trainer", "meters", "ctx_helper", "inherits", "kernels"):
         root = PROJECTS / name
         for f in _check(root, cwd=root):
             messages[(name, Path(f["filename"]).name, f["location"]["row"])] = f["message"]
@@ -117,11 +117,14 @@ def test_findings_that_rest_on_another_file_name_it():
     assert messages[("ctx_helper", "scatter.py", 23)].startswith("stash_output() (helpers.py:9) keeps the output on ctx.out")
     assert messages[("inherits", "lit_train.py", 18)].startswith(
         "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
-    # Each line named is that def's own line in its file.
+    assert messages[("kernels", "norm.py", 17)].startswith(
+        "`_norm_bwd_dw_kernel` (triton_kernels.py:7) in backward: float tl.atomic_add varies gradients")
+    # Each line named is that def's own line in its file (below its decorators).
     for path, line in (("meters/app/utils/meters.py", 11), ("meters/app/utils/meters.py", 24),
                        ("meters/app/utils/meters.py", 28), ("meters/app/utils/losses.py", 4),
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
-                       ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13)):
+                       ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13),
+                       ("kernels/ops/triton_kernels.py", 7)):
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
     assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
