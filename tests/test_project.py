@@ -191,7 +191,7 @@ def _variants(source: str):
             yield f"line {number} made a pass", "".join(lines[:number - 1] + [f"{indent}pass\n"] + lines[number:])
 
 
-@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle"])
+@pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle", "kernels"])
 def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: Path, name: str):
     """A cached result outlives an edit of a module it read when the parts it read are unchanged
     (project.ModuleFacts.part). Whatever the edit, the cached run must give what a run without the
