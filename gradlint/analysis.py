@@ -45,7 +45,8 @@ What a Function saves (gradlint/saved_tensors.py)
 In-place writes and mark_dirty (gradlint/inplace.py)
     inplace_input_writes(model, function, forward) -> ForwardInplaceWrites
         The in-place changes of forward's inputs (`InplaceWrite`: node, input, via, evidence,
-        `on_a_tensor`) and the inputs forward or setup_context may mark dirty.
+        helper, `on_a_tensor`), made in forward or by a def it hands the input to (of the file or
+        of another project module), and the inputs forward or setup_context may mark dirty.
     inputs_without_gradient(function) -> frozenset[str]
         The inputs every return of backward answers with a literal None.
 

@@ -7,6 +7,7 @@ function. Rules read this model; they never traverse the syntax tree themselves.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable, Iterator
@@ -277,6 +278,29 @@ class FileModel:
             self.project.calls_under_way -= 1
         stores = [e for e in walk.of(AttributeStore) if e.owner.kind is Kind.CTX]
         return stores, self.project.where_defined(qualified) if stores else None
+
+    @contextmanager
+    def imported_def(self, name: str):
+        """The top-level def another project module defines, that this file imports as `name`,
+        with a model of that module to ask about it and its place for messages: (model, def,
+        `ops/clamp.py:4`), or None. What is asked inside the `with` is read on that module's
+        behalf (a cached result rests on it)."""
+        qualified = self.imports.aliases.get(name) if name not in self.functions else None
+        found = None
+        if qualified is not None and self.project is not None \
+                and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH:
+            found = self.project.function(qualified)
+        if found is None:
+            yield None
+            return
+        model, function, module = found
+        where = self.project.where_defined(qualified) or qualified
+        self.project.calls_under_way += 1
+        try:
+            with self.project.asking(module):
+                yield model, function, where
+        finally:
+            self.project.calls_under_way -= 1
 
     def imported_method(self, qualified_class: str, method: str, args: list[tuple[cst.Arg, Val]],
                         kept: list | None = None) -> Val | None:

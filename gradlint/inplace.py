@@ -2,8 +2,9 @@
 
 One question, `inplace_input_writes(model, function, forward)`: the statements of forward that
 change an input's data in place (`x.add_(...)`, `x[...] = v`, `x += v`, `torch.relu_(x)`,
-`F.relu(x, inplace=True)`, `torch.add(a, b, out=x)`, also through an alias or a view of it), with
-how sure each is to be a tensor's change, and the inputs forward (or setup_context, for a
+`F.relu(x, inplace=True)`, `torch.add(a, b, out=x)`, also through an alias or a view of it, or by
+a def forward hands it to: nested, of the file, or of another project module), with how sure each
+is to be a tensor's change, and the inputs forward (or setup_context, for a
 setup_context-style Function) may mark dirty. Plus `inputs_without_gradient(function)`: the inputs
 backward always answers with a literal None.
 """
@@ -35,6 +36,9 @@ class InplaceWrite:
     evidence: str
     input_kind: Kind  # what the analysis infers the input to be
     used_as_tensor: bool  # annotated as a Tensor, or used directly as one in forward
+    # The def forward hands the input to that changes it (`clamp_()`, `clamp_() (ops/clamp.py:4)`
+    # for another module's), or None when forward changes it itself.
+    helper: str | None = None
 
     @property
     def on_a_tensor(self) -> bool:
@@ -92,7 +96,7 @@ def inplace_input_writes(model: FileModel, function: AutogradFunction,
     direct = {p.name.value for p in params if p.name.value in prescan.tensor_uses or (
         p.annotation is not None and "Tensor" in model.module.code_for_node(p.annotation.annotation))}
     writes = tuple(InplaceWrite(m.node, m.param, m.via, m.evidence, kinds.get(m.param, Kind.UNKNOWN),
-                                m.param in direct) for m in scan.mutations)
+                                m.param in direct, m.helper) for m in scan.mutations)
     return ForwardInplaceWrites(writes, frozenset(dirty), "setup_context" if ctx is None else "forward")
 
 
@@ -118,6 +122,13 @@ class _Mutation:
     param: str
     via: str
     evidence: str
+    helper: str | None = None
+
+
+# How deep calls into helpers are followed (forward -> helper -> its helper ...).
+_MAX_HELPER_DEPTH = 3
+# The evidence a helper's change of its parameter carries to the caller: the surest it has.
+_SURENESS = {"augmented": 0, "store": 1, "call": 2}
 
 
 def _meet(*states: dict[str, str]) -> dict[str, str]:
@@ -140,9 +151,10 @@ class _ForwardScan:
     """forward's statements in order, with the names that still hold an input or a view of one.
     A name rebound on some path (`x = x.clone()` in one branch) no longer counts as the input."""
 
-    def __init__(self, model: FileModel, ctx: str | None, inputs: list[str]):
+    def __init__(self, model: FileModel, ctx: str | None, inputs: list[str], depth: int = 0):
         self.model = model
         self.ctx = ctx
+        self.depth = depth  # 0 for forward, 1 for a helper forward calls, ...
         self.mutations: list[_Mutation] = []
         self.held: dict[str, set[str]] = {p: {p} for p in inputs}  # every input a name ever held
         self.dirty: set[str] = set()
@@ -239,6 +251,41 @@ class _ForwardScan:
                 self.dirty_unknown = True
         for param, via in self.written(call, live):
             self.mutations.append(_Mutation(call, param, via, "call"))
+        self.helper_writes(call, live)
+
+    def helper_writes(self, call: cst.Call, live: dict[str, str]) -> None:
+        """An input handed to a def that changes that parameter in place: a def nested in forward,
+        one of this file, or one another module of the project defines and this file imports
+        (`tensor_clamp_(x, lo, hi)` doing `torch.min(x, hi, out=x)`). The def is read as forward
+        is, with its parameters as the inputs; a star argument leaves the call unknown."""
+        func = call.func
+        if not isinstance(func, cst.Name) or func.value in self.held or self.depth >= _MAX_HELPER_DEPTH \
+                or any(arg.star for arg in call.args):
+            return
+        given = [(arg, self.root(arg.value, live)) for arg in call.args]
+        if all(found is None for _, found in given):
+            return
+        name = func.value
+        helper = self.nested.get(name) or self.model.functions.get(name)
+        if helper is not None:
+            changed, shown = _params_changed(self.model, helper, self.depth + 1), f"{name}()"
+        else:
+            with self.model.imported_def(name) as found:
+                if found is None:
+                    return
+                model, helper, where = found
+                changed, shown = _params_changed(model, helper, self.depth + 1), f"{name}() ({where})"
+        if not changed:
+            return
+        signature = helper.params
+        positional = [p.name.value for p in (*signature.posonly_params, *signature.params)]
+        for position, (arg, found) in enumerate(given):
+            if found is None:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else \
+                positional[position] if position < len(positional) else None
+            if param in changed:
+                self.mutations.append(_Mutation(call, found[0], found[1], changed[param], shown))
 
     # ----- statements -----------------------------------------------------------------------
 
@@ -338,6 +385,19 @@ class _ForwardScan:
         else:
             for child in child_nodes(node):
                 self.expression(child, live)
+
+
+def _params_changed(model: FileModel, function: cst.FunctionDef, depth: int) -> dict[str, str]:
+    """The parameters a def changes in place, each with the surest evidence it has of it."""
+    signature = function.params
+    params = [p.name.value for p in (*signature.posonly_params, *signature.params, *signature.kwonly_params)]
+    scan = _ForwardScan(model, None, params, depth)
+    scan.block(function.body.body, {name: name for name in params})
+    changed: dict[str, str] = {}
+    for mutation in scan.mutations:
+        if _SURENESS[mutation.evidence] > _SURENESS.get(changed.get(mutation.param, ""), -1):
+            changed[mutation.param] = mutation.evidence
+    return changed
 
 
 def _dirty_in_setup_context(model: FileModel, function: AutogradFunction, inputs: list[str]) -> set[str]:

@@ -20,7 +20,10 @@ Flags an in-place change to a forward input of an autograd Function (`x.add_(...
 tensor method, `x[...] = v`, `x += v`, `torch.relu_(x)`, `F.relu(x, inplace=True)`,
 `torch.add(a, b, out=x)`, also through an alias or a view such as `x[:, :3]` or `x.view(-1)`)
 when forward does not call `ctx.mark_dirty(x)` (for a `setup_context`-style Function: when
-`setup_context` does not).
+`setup_context` does not). The change may be made by a def forward hands the input to (nested in
+forward, of the same file, or imported from another module of the project, followed three calls
+deep) that changes that parameter so: `tensor_clamp_(x, lo, hi)` doing
+`torch.min(x, hi, out=x)`; the message names the def and, for another module's, where it is.
 
 Not reported: an input rebound before the change (`x = x.clone()`), an input that is rebound on
 some path before it, a parameter with no evidence that it is a tensor, an input for which every
@@ -158,6 +161,20 @@ class Blend(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A helper of the file changes the input it is handed.
+        Invalid("""
+import torch
+def clamp_(x, lo, hi):
+    torch.clamp(x, lo, hi, out=x)
+    return x
+class ClampSTE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        return clamp_(x, lo, hi)
+    @staticmethod
+    def backward(ctx, g):
+        return g, None, None
+""", ("return clamp_(x, lo, hi)",)),
         Invalid("""
 import torch
 class MaskedSoftmax(torch.autograd.Function):
@@ -236,9 +253,12 @@ class Shift(torch.autograd.Function):
                 if write.input in skipped or write.input in reported or not write.on_a_tensor:
                     continue
                 reported.add(write.input)  # one mark_dirty (or one clone before the first change) fixes them all
-                via = f" (via `{write.via}`)" if write.via != write.input else ""
                 where = " in setup_context" if found.marked_in == "setup_context" else ""
-                yield Hit(write.node, (
-                    f"input `{write.input}` changed in place{via} without ctx.mark_dirty: silently wrong gradients; "
-                    f"mark it dirty{where} or clone it"),
-                    subject=f"{function.name}.{write.input}")
+                if write.helper:  # the def's name and place leave less room for the rest
+                    message = (f"input `{write.input}` changed in place by {write.helper} without mark_dirty: "
+                               f"wrong gradients; mark it{where} or clone it")
+                else:
+                    via = f" (via `{write.via}`)" if write.via != write.input else ""
+                    message = (f"input `{write.input}` changed in place{via} without ctx.mark_dirty: silently wrong "
+                               f"gradients; mark it dirty{where} or clone it")
+                yield Hit(write.node, message, subject=f"{function.name}.{write.input}")

@@ -119,12 +119,17 @@ def test_findings_that_rest_on_another_file_name_it():
         "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
     assert messages[("kernels", "norm.py", 17)].startswith(
         "`_norm_bwd_dw_kernel` (triton_kernels.py:7) in backward: float tl.atomic_add varies gradients")
+    assert messages[("kernels", "clamp.py", 13)].startswith(
+        "input `x` changed in place by tensor_clamp_() (helpers.py:5) without mark_dirty")
+    assert messages[("kernels", "clamp.py", 48)].startswith(
+        "input `rows` changed in place by scale_rows_() (helpers.py:15) without mark_dirty")
     # Each line named is that def's own line in its file (below its decorators).
     for path, line in (("meters/app/utils/meters.py", 11), ("meters/app/utils/meters.py", 24),
                        ("meters/app/utils/meters.py", 28), ("meters/app/utils/losses.py", 4),
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
                        ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13),
-                       ("kernels/ops/triton_kernels.py", 7)):
+                       ("kernels/ops/triton_kernels.py", 7), ("kernels/ops/helpers.py", 5),
+                       ("kernels/ops/helpers.py", 15)):
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
     assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
