@@ -56,7 +56,7 @@ _MODULE_LIKE = re.compile(
     r"^(model|net|network|module|encoder|decoder|backbone|criterion|loss_fn|loss_func|lossfn|rnn|lstm|gru"
     r"|generator|discriminator|teacher|student|policy|actor|critic|unet|vae)$"
     r"|^net[A-Z]\w*$"  # netG, netD
-    r"|^\w+_(model|net|encoder|decoder|backbone|rnn|lstm|gru)$"
+    r"|^\w+_(model|net|network|encoder|decoder|backbone|rnn|lstm|gru)$"
     # the pairs of MoCo, GANs, EMA and distillation: encoder_q/encoder_k, net_g/net_d, model_ema
     r"|^(model|net|encoder|decoder|backbone)_(q|k|g|d|ema|student|teacher|online|target|momentum)$"
 )
@@ -1028,7 +1028,9 @@ class Walker:
         if full is not None and self.role.self_name and full.split(".")[0] == self.role.self_name \
                 and full.count(".") == 1:
             known = self.role.self_attributes.get(attr)
-            if known is not None:
+            # What __init__ put there, unless that is unknown (`self.teacher = eval(name)(cfg)`,
+            # `self.model = model`): then the name is the evidence, as for one __init__ never sets.
+            if known is not None and (known.kind is not Kind.UNKNOWN or known.holds_graph()):
                 return known.with_(reads=frozenset(reads))
         if base.kind is Kind.UNKNOWN and base.graph and not attr.startswith("_"):
             if attr in api.DISTRIBUTION_DESCRIPTIONS:

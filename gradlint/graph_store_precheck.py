@@ -458,10 +458,9 @@ class _GraphValues:
             found = found._replace(module=True)
         if base is None:
             base = self._kinds(e.value)
-        own = dotted is not None and self.self_name is not None and dotted.count(".") == 1 \
-            and dotted.startswith(f"{self.self_name}.")
-        # flow reads self.x from what __init__ put there before it asks what methods store
-        if base.instance and e.attr in self.facts.method_stores and not (own and e.attr in self.own_attributes):
+        # flow reads self.x from what __init__ put there before it asks what methods store, unless
+        # that is unknown: then it asks them too (so, here, always)
+        if base.instance and e.attr in self.facts.method_stores:
             found |= _Kinds(tensor=True, graph=True)
         if base.graph and not e.attr.startswith("_") and e.attr not in DETACHED_ATTRIBUTES:
             found |= _Kinds(tensor=True, graph=True)  # out.logits of a model output, as flow reads it

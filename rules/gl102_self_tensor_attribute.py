@@ -19,7 +19,10 @@ class SelfTensorAttribute(Rule):
 Flags, inside an `nn.Module`'s `forward` (or a method of the module that forward calls on
 self), a graph-attached tensor (the result of a submodule
 call, or anything computed from parameters) that is assigned to `self.x`, appended to or stored
-into a container attribute of `self`, or assigned to a module-level global.
+into a container attribute of `self`, or assigned to a module-level global. A submodule is what
+`__init__` builds (`nn.Linear(...)`, a module class), or, where `__init__` sets it from a call
+that cannot be read (`build(config)`, a constructor argument) or not at all, an attribute named
+like one (`self.encoder`, `self.teacher_network`).
 
 ## Why is this bad?
 What torch 2.13 does, measured:
@@ -126,6 +129,19 @@ class Ranker(Recommender):
     def forward(self, items):
         return self._lookup(items).sum(-1)
 """, ("self.item_vectors = self.item_emb(items)",)),
+        # __init__ builds the teacher by a call nothing here can read: its name says it is a model.
+        Invalid("""
+import torch.nn as nn
+class Distilled(nn.Module):
+    def __init__(self, config, build):
+        super().__init__()
+        self.student = nn.Linear(8, 1)
+        self.teacher_network = build(config["teacher"])
+    def forward(self, x):
+        if self.training:
+            self.teacher_pred = self.teacher_network(x)
+        return self.student(x)
+""", ("self.teacher_pred = self.teacher_network(x)",)),
         Invalid("""
 import torch
 from torch import nn
