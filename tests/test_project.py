@@ -235,7 +235,7 @@ def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: P
     assert tried > 3 * len(list(project.rglob("*.py"))) and quiet
 
 
-@pytest.mark.parametrize("name", ["trainer", "meters", "inherits", "stars"])
+@pytest.mark.parametrize("name", ["trainer", "meters", "inherits", "stars", "kernels"])
 def test_the_editors_project_after_any_edit_answers_as_a_fresh_one(tmp_path: Path, name: str, monkeypatch):
     """The editor keeps one Project across lints (engine._project, refreshed before each): after
     any edit of a module on disk, every file must lint as with a Project made afresh, and an edit
