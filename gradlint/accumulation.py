@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.file_model import AutogradFunction, FileModel, leading_params
-from gradlint.flow import FunctionRole, Walk, Walker
+from gradlint.flow import FunctionRole, Walk, Walker, helper_arguments
 from gradlint.names import dotted
 from gradlint.prescan import child_nodes
 from gradlint.values import UNKNOWN, Kind, Val
@@ -37,6 +37,9 @@ class UnorderedSum:
     node: cst.Call
     kind: str  # ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL
     shown: str  # the call as a user reads it: `Tensor.index_add_`, `torch.index_put`, `_ext.scatter_add_atomic`
+    # The def backward calls that makes that call, when it is not backward's own:
+    # `scatter()`, or `scatter() (utils/_scatter.py:14)` for another module's.
+    through: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,198 @@ def nondeterministic_sums_in_backward(model: FileModel, function: AutogradFuncti
                                       backward: cst.FunctionDef) -> list[UnorderedSum]:
     """The calls of `backward` (the def `function` runs as its backward) that sum floats in an
     order that changes from run to run, in the order the analysis walks them."""
+    if not _may_sum(model, backward):
+        return []
     exact = _ExactSums(model, backward)
     found = []
     for call in _calls_in_backward(model, function, backward):
         kind_shown = _unordered(model, call, exact)
         if kind_shown is not None:
             found.append(UnorderedSum(call.node, *kind_shown))
+            continue
+        through = _through_helper(model, call, exact)
+        if through is not None:
+            found.append(UnorderedSum(call.node, *through))
     return found
+
+
+# Every call `_unordered` can report is named with one of these (the method, the torch function,
+# the import it comes through, the kernel's name): a def without them in its text sums nothing.
+_SUM_WORDS = ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic")
+
+
+def _may_sum(model: FileModel, backward: cst.FunctionDef) -> bool:
+    """Whether backward calls something named with one of _SUM_WORDS (as written or as imported),
+    or a def of the file or of another project module whose text holds one: the calls
+    `_unordered` reports, made there or one call deep. A no spares walking backward."""
+    def named(name: str) -> bool:
+        qualified = model.imports.aliases.get(name, name).lower()
+        return any(word in qualified for word in _SUM_WORDS)
+
+    for name in model.prescan(backward).called_names:
+        if named(name):
+            return True
+        local = model.functions.get(name)
+        if local is not None:
+            if any(named(called) for called in model.prescan(local).called_names):
+                return True
+        elif name in model.imports.aliases and model.imported_def_holds(name, _SUM_WORDS):
+            return True
+    return False
+
+
+def _through_helper(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str, str, str] | None:
+    """(kind, shown, through) when backward calls a def, of this file or imported from another
+    module of the project, whose body sums in an order that changes run to run, walked with the
+    call's values: `scatter(grad, index, reduce="sum")` doing `src.new_zeros(size).scatter_add_(...)`.
+    Branches the call's string arguments rule out are left out (`if reduce == "max":`)."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or any(arg.star for arg, _ in call.args):
+        return None
+    name = func.value
+    local = model.functions.get(name)
+    if local is not None:
+        if name in model.atomic_kernels or not any(w in model.module.code_for_node(local).lower() for w in _SUM_WORDS):
+            return None
+        return _sum_in_helper(model, local, call, exact, f"{name}()")
+    with model.imported_def(name, holding=_SUM_WORDS) as found:
+        if found is None:
+            return None
+        helper_model, helper, where = found
+        return _sum_in_helper(helper_model, helper, call, exact, f"{name}() ({where})")
+
+
+def _sum_in_helper(model: FileModel, helper: cst.FunctionDef, call: _Call, caller_exact: "_ExactSums",
+                   through: str) -> tuple[str, str, str] | None:
+    given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in call.args]
+    bound = helper_arguments(helper, given, model.prescan(helper).tensor_uses)
+    walk = Walk(model, helper, FunctionRole("function"))
+    walker = _CallRecorder(walk, helper)
+    walker.bind_params(bound)
+    walker.run()
+    arguments = _arguments_by_param(helper, call)
+    dead = _ruled_out(helper, {param: text for param, expr in arguments.items()
+                               if (text := _string(expr)) is not None} | _string_defaults(helper, arguments))
+    own_exact = _ExactSums(model, helper)
+
+    def exact(expr: cst.BaseExpression) -> bool:  # a parameter sums what the caller passed
+        if isinstance(expr, cst.Name) and expr.value in arguments:
+            return caller_exact(arguments[expr.value])
+        return own_exact(expr)
+
+    for inner in walker.calls.values():
+        if id(inner.node) in dead:
+            continue
+        kind_shown = _unordered(model, inner, exact)
+        if kind_shown is not None:
+            return kind_shown[0], kind_shown[1], through
+    return None
+
+
+def _params_of(helper: cst.FunctionDef) -> list[cst.Param]:
+    signature = helper.params
+    return [*signature.posonly_params, *signature.params, *signature.kwonly_params]
+
+
+def _arguments_by_param(helper: cst.FunctionDef, call: _Call) -> dict[str, cst.BaseExpression]:
+    """The expressions the call passes, by the helper's parameter names."""
+    positional = [p.name.value for p in (*helper.params.posonly_params, *helper.params.params)]
+    found: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(arg for arg, _ in call.args if arg.keyword is None):
+        if index < len(positional):
+            found[positional[index]] = arg.value
+    for arg, _ in call.args:
+        if arg.keyword is not None:
+            found[arg.keyword.value] = arg.value
+    return found
+
+
+def _string_defaults(helper: cst.FunctionDef, passed: dict[str, cst.BaseExpression]) -> dict[str, str]:
+    """The string defaults of the parameters the call does not pass (`reduce: str = "sum"`)."""
+    found = {}
+    for param in _params_of(helper):
+        if param.name.value not in passed and param.default is not None:
+            text = _string(param.default)
+            if text is not None:
+                found[param.name.value] = text
+    return found
+
+
+def _ruled_out(helper: cst.FunctionDef, strings: dict[str, str]) -> set[int]:
+    """The calls in branches that cannot run with these string parameters (`if reduce == "any":`
+    with reduce "sum"), and in what follows a branch that surely runs and surely returns."""
+    dead: set[int] = set()
+    if not strings:
+        return dead
+
+    def bury(nodes) -> None:
+        todo = list(nodes)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, cst.Call):
+                dead.add(id(node))
+            todo.extend(child_nodes(node))
+
+    def block(statements) -> bool:
+        """Walks a block; whether it surely leaves the def (a return or raise on every path)."""
+        for index, statement in enumerate(statements):
+            if isinstance(statement, cst.If) and _if_leaves(statement):
+                bury(statements[index + 1:])
+                return True
+            if isinstance(statement, cst.SimpleStatementLine) and any(
+                    isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
+                return True
+        return False
+
+    def _if_leaves(node: cst.If) -> bool:
+        decided = _decide(node.test, strings)
+        orelse = node.orelse
+        if decided is True:
+            if orelse is not None:
+                bury([orelse])
+            return block(node.body.body)
+        if decided is False:
+            bury([node.body])
+            if isinstance(orelse, cst.If):
+                return _if_leaves(orelse)
+            return block(orelse.body.body) if orelse is not None else False
+        taken = block(node.body.body)
+        if isinstance(orelse, cst.If):
+            return _if_leaves(orelse) and taken
+        other = block(orelse.body.body) if orelse is not None else False
+        return taken and other
+
+    block(helper.body.body)
+    return dead
+
+
+def _decide(test: cst.BaseExpression, strings: dict[str, str]) -> bool | None:
+    """A test of string parameters against literals (`reduce == "sum" or reduce == "add"`,
+    `mode in ("a", "b")`, `not ...`), decided; None when anything else decides it."""
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _decide(test.left, strings), _decide(test.right, strings)
+        if isinstance(test.operator, cst.Or):
+            return True if True in (left, right) else None if None in (left, right) else False
+        return False if False in (left, right) else None if None in (left, right) else True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _decide(test.expression, strings)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
+            and test.left.value in strings:
+        value = strings[test.left.value]
+        target = test.comparisons[0]
+        operator = target.operator
+        if isinstance(operator, (cst.Equal, cst.NotEqual)):
+            other = _string(target.comparator)
+            if other is None:
+                return None
+            return (value == other) == isinstance(operator, cst.Equal)
+        if isinstance(operator, (cst.In, cst.NotIn)) and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)):
+            options = [_string(e.value) for e in target.comparator.elements]
+            if any(option is None for option in options):
+                return None
+            return (value in options) == isinstance(operator, cst.In)
+    return None
 
 
 def atomic_kernel_launches_from_backward(model: FileModel) -> list[KernelLaunch]:

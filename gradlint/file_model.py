@@ -279,17 +279,25 @@ class FileModel:
         stores = [e for e in walk.of(AttributeStore) if e.owner.kind is Kind.CTX]
         return stores, self.project.where_defined(qualified) if stores else None
 
+    def imported_def_holds(self, name: str, words: tuple[str, ...]) -> bool:
+        """Whether `imported_def(name, holding=words)` may find a def: one of the project whose
+        text (as a model of it would keep it) holds one of the words. Nothing is parsed."""
+        qualified = self.imports.aliases.get(name) if name not in self.functions else None
+        return qualified is not None and self.project is not None \
+            and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH \
+            and self.project.function_text_holds(qualified, words)
+
     @contextmanager
-    def imported_def(self, name: str):
+    def imported_def(self, name: str, holding: tuple[str, ...] = ()):
         """The top-level def another project module defines, that this file imports as `name`,
         with a model of that module to ask about it and its place for messages: (model, def,
         `ops/clamp.py:4`), or None. What is asked inside the `with` is read on that module's
-        behalf (a cached result rests on it)."""
+        behalf (a cached result rests on it). `holding`: see Project.function."""
         qualified = self.imports.aliases.get(name) if name not in self.functions else None
         found = None
         if qualified is not None and self.project is not None \
                 and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH:
-            found = self.project.function(qualified)
+            found = self.project.function(qualified, holding)
         if found is None:
             yield None
             return

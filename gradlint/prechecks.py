@@ -93,24 +93,6 @@ def has_autograd_function(tree: ast.Module) -> bool:
     return mentions_register_autograd(tree)
 
 
-def calls_any_named(tree: ast.Module, words: tuple[str, ...]) -> bool:
-    """A name, attribute or imported name that holds one of `words` (lower case) in any case, or
-    a call of a subscripted name (`_bwd_kernel[grid](...)`: a Triton launch). Conservative for a
-    question about calls that an import may have renamed: the import still holds the word."""
-    for node in walk(tree):
-        if isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
-                return True
-            continue
-        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else \
-            node.name if isinstance(node, ast.alias) else None
-        if name is not None:
-            lowered = name.lower()
-            if any(word in lowered for word in words):
-                return True
-    return False
-
-
 def mentions_register_autograd(tree: ast.Module) -> bool:
     """A register_autograd call as FileModel finds one: a statement of the module's top level
     (inside if/try/with/for blocks too), under any import name."""

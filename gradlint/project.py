@@ -296,6 +296,15 @@ class ModuleFacts:
                 self._models[key] = self.project._build_model(self, self._kept_source(wanted))
         return self._models[key]
 
+    def model_text_holds(self, name: str, words: tuple[str, ...]) -> bool:
+        """Whether the text `model_for(name)` would keep holds one of `words` (in any case)."""
+        self.project._note_part(self, f"model:{name}")  # what the answer rests on, as model_for's
+        wanted = self._wanted(name)
+        if wanted is None:
+            return False
+        text = self._kept_source(wanted).lower()
+        return any(word in text for word in words)
+
     def _wanted(self, name: str) -> set[str] | None:
         """`name` and the module's own defs and classes it names, transitively."""
         symbols = self.symbols
@@ -546,18 +555,30 @@ class Project:
                 return facts.kind
         return None if unknown else "plain"
 
-    def function(self, qualified: str) -> tuple[ModuleModel, cst.FunctionDef, ModuleFacts] | None:
-        """A top-level def of another module, with a model of that module to ask about it."""
+    def function(self, qualified: str, holding: tuple[str, ...] = ()) -> tuple[ModuleModel, cst.FunctionDef, ModuleFacts] | None:
+        """A top-level def of another module, with a model of that module to ask about it. With
+        `holding`, only where the text that model would keep holds one of those words: a question
+        about calls so named is answered without parsing a module that has none."""
         found = self.resolve(qualified)
         if found is None or not found.name:
             return None
         symbols = found.module.symbols
         if symbols is None or symbols.statements[found.name].is_class:
             return None
+        if holding and not found.module.model_text_holds(found.name, holding):
+            return None
         model = found.module.model_for(found.name)
         if model is None or found.name not in model.functions:
             return None
         return model, model.functions[found.name], found.module
+
+    def function_text_holds(self, qualified: str, words: tuple[str, ...]) -> bool:
+        """Whether `qualified` is a top-level def of a project module whose kept text (what
+        `function` would parse) holds one of `words`."""
+        found = self.resolve(qualified)
+        symbols = found.module.symbols if found is not None and found.name else None
+        return symbols is not None and not symbols.statements[found.name].is_class \
+            and found.module.model_text_holds(found.name, words)
 
     def is_def(self, qualified: str) -> bool:
         """Whether `qualified` names a top-level def of a project module (read from its symbols,

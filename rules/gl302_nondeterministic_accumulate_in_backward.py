@@ -28,9 +28,13 @@ _MESSAGES = {
     NAMED_ATOMIC_KERNEL: "`{shown}(...)` in backward adds atomically, by its name: gradients vary; "
                          "sum sorted segments",
 }
-
-
-_CALL_WORDS = ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic")
+# The same, for a call made by a def backward calls (`scatter() (utils/_scatter.py:14) runs ...`).
+_THROUGH = {
+    ATOMIC_ADD: "atomicAdd on CUDA, gradients vary; use_deterministic_algorithms(True)",
+    THREADED_ACCUMULATE: "thread order varies gradients; use_deterministic_algorithms(True)",
+    CUDA_EXT_ATOMIC: "it adds atomically on CUDA, so gradients vary; pass deterministic=True",
+    NAMED_ATOMIC_KERNEL: "it adds atomically, by its name, so gradients vary; sum sorted segments",
+}
 
 
 class NondeterministicAccumulateInBackward(Rule):
@@ -38,10 +42,11 @@ class NondeterministicAccumulateInBackward(Rule):
     name = "nondeterministic-accumulate-in-backward"
     severity = Severity.WARNING
     summary = "scatter_add_/index_add_/index_put_(accumulate=True) in backward: float gradients differ run to run"
-    # `](`: the launch of a Triton kernel another module defines (`_bwd_kernel[grid](...)`), whose
-    # atomic add is not in this file's text.
-    markers = tuple((anchor, op) for anchor in ("backward", "register_autograd")
-                    for op in ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic", "Atomic", "]("))
+    # A Function's backward may call a def or launch a kernel of another module that sums so:
+    # its text is not this file's, so the file needs only a backward (GL201's markers).
+    markers = (("autograd", "def backward"), "register_autograd", *(
+        (anchor, op) for anchor in ("backward", "register_autograd")
+        for op in ("scatter_add", "index_add", "index_put", "scatter_reduce", "atomic", "Atomic")))
     doc = f"""
 ## What it does
 Flags, inside a custom autograd Function's `backward` (a `torch.autograd.Function` subclass or a
@@ -59,6 +64,11 @@ order that changes from run to run:
   literal (`_bwd_kernel[grid](...)`), in backward or in a helper of the file that backward calls;
   the kernel is defined in the same file or imported from another module of the project (the
   message names where);
+- any of these calls made by a def that backward calls, of the same file or imported from another
+  module of the project (`scatter(grad, index, reduce="sum")` doing `scatter_add_`), read with the
+  values backward passes: branches that the call's string arguments (or the def's string defaults)
+  rule out are left out, so `reduce="max"` does not run the `reduce == "sum"` branch; the message
+  names the def and where it is;
 - calls into a custom kernel whose name says it adds atomically (`_ext.scatter_add_atomic`,
   `torch.ops.mylib.atomic_segment_sum`, an imported `atomicAdd`); a function defined in the same
   file is not one.
@@ -175,6 +185,25 @@ class Reduce(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A def of the file that backward calls sums with scatter_add_ for reduce="sum" only.
+        Invalid("""
+import torch
+def scatter(src, index, size, reduce="sum"):
+    if reduce == "max":
+        return src.new_zeros(size).scatter_reduce(0, index, src, reduce="amax")
+    return src.new_zeros(size).scatter_add_(0, index, src)
+class Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, index):
+        ctx.save_for_backward(index)
+        ctx.rows = x.size(0)
+        return x[index]
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        best = scatter(grad, index, ctx.rows, reduce="max")
+        return scatter(grad, index, ctx.rows) + 0 * best, None
+""", ("return scatter(grad, index, ctx.rows) + 0 * best, None",)),
         # A Triton kernel of the file that adds atomically, launched by a helper backward calls.
         Invalid("""
 import torch
@@ -256,15 +285,14 @@ pick.register_autograd(backward, setup_context=setup_context)
     )
 
     def precheck(self, tree) -> bool:
-        # Every call the analysis asks about is named with one of these words (the method, the
-        # torch function, the import it comes through, the kernel's name) or is a kernel launch.
-        return prechecks.has_autograd_function(tree) and prechecks.calls_any_named(tree, _CALL_WORDS)
+        return prechecks.has_autograd_function(tree)
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function, backward in methods_of_functions(model, "backward"):
             for found in nondeterministic_sums_in_backward(model, function, backward):
-                yield Hit(found.node, _MESSAGES[found.kind].format(shown=found.shown),
-                          subject=f"{function.name}.backward")
+                message = _MESSAGES[found.kind].format(shown=found.shown) if found.through is None else \
+                    f"{found.through} runs `{found.shown}`: {_THROUGH[found.kind]}"
+                yield Hit(found.node, message, subject=f"{function.name}.backward")
         for launch in atomic_kernel_launches_from_backward(model):
             where = f" ({launch.defined_in})" if launch.defined_in else ""
             yield Hit(launch.node, (

@@ -119,6 +119,8 @@ def test_findings_that_rest_on_another_file_name_it():
         "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
     assert messages[("kernels", "norm.py", 17)].startswith(
         "`_norm_bwd_dw_kernel` (triton_kernels.py:7) in backward: float tl.atomic_add varies gradients")
+    assert messages[("kernels", "pool.py", 29)].startswith(
+        "segment() (segment.py:5) runs `Tensor.index_add_`: atomicAdd on CUDA, gradients vary")
     assert messages[("kernels", "clamp.py", 13)].startswith(
         "input `x` changed in place by tensor_clamp_() (helpers.py:5) without mark_dirty")
     assert messages[("kernels", "clamp.py", 48)].startswith(
@@ -129,7 +131,7 @@ def test_findings_that_rest_on_another_file_name_it():
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
                        ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13),
                        ("kernels/ops/triton_kernels.py", 7), ("kernels/ops/helpers.py", 5),
-                       ("kernels/ops/helpers.py", 15)):
+                       ("kernels/ops/helpers.py", 15), ("kernels/ops/segment.py", 5)):
         assert (PROJECTS / path).read_text().splitlines()[line - 1].lstrip().startswith("def "), (path, line)
     assert (PROJECTS / "trainer/pkg/models/base.py").read_text().splitlines()[3].startswith("class BaseModel(")
     assert all(len(message) <= 120 for message in messages.values()), messages
