@@ -79,20 +79,26 @@ def _may_sum(model: FileModel, backward: cst.FunctionDef) -> bool:
     """Whether backward calls something named with one of _SUM_WORDS (as written or as imported),
     or a def of the file or of another project module whose text holds one: the calls
     `_unordered` reports, made there or one call deep. A no spares walking backward."""
-    def named(name: str) -> bool:
-        qualified = model.imports.aliases.get(name, name).lower()
-        return any(word in qualified for word in _SUM_WORDS)
-
     for name in model.prescan(backward).called_names:
-        if named(name):
+        if _named_to_sum(model, name):
             return True
         local = model.functions.get(name)
         if local is not None:
-            if any(named(called) for called in model.prescan(local).called_names):
+            if _calls_named_to_sum(model, local):
                 return True
         elif name in model.imports.aliases and model.imported_def_holds(name, _SUM_WORDS):
             return True
     return False
+
+
+def _named_to_sum(model: FileModel, name: str) -> bool:
+    """A called name (its last part) that holds one of _SUM_WORDS, as written or as imported."""
+    qualified = model.imports.aliases.get(name, name).lower()
+    return any(word in qualified for word in _SUM_WORDS)
+
+
+def _calls_named_to_sum(model: FileModel, function: cst.FunctionDef) -> bool:
+    return any(_named_to_sum(model, called) for called in model.prescan(function).called_names)
 
 
 def _through_helper(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str, str, str] | None:
@@ -106,7 +112,7 @@ def _through_helper(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple
     name = func.value
     local = model.functions.get(name)
     if local is not None:
-        if name in model.atomic_kernels or not any(w in model.module.code_for_node(local).lower() for w in _SUM_WORDS):
+        if name in model.atomic_kernels or not _calls_named_to_sum(model, local):
             return None
         return _sum_in_helper(model, local, call, exact, f"{name}()")
     with model.imported_def(name, holding=_SUM_WORDS) as found:

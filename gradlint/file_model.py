@@ -952,17 +952,11 @@ class FileModel:
         """Where the Triton kernel this file imports as `name` is defined (`ops/kernels.py:12`),
         when it adds floats atomically there as `atomic_kernels` reads a kernel of the file; None
         for anything else: not imported from the project, or no such kernel."""
-        if self.project is None or name not in self.imports.aliases or name in self.functions:
-            return None
-        qualified = self.imports.aliases[name]
-        found = self.project.function(qualified)
-        if found is None:
-            return None
-        model, _, module = found
-        with self.project.asking(module):
-            if qualified.rpartition(".")[2] not in model.atomic_kernels:
+        with self.imported_def(name) as found:
+            if found is None:
                 return None
-        return self.project.where_defined(qualified) or qualified
+            model, function, where = found
+            return where if function.name.value in model.atomic_kernels else None
 
     @cached_property
     def backward_defs(self) -> frozenset[int]:
