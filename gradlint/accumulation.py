@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradlint.file_model import AutogradFunction, FileModel, leading_params
+from gradlint.file_model import AutogradFunction, FileModel, all_params, arguments_by_param, leading_params
 from gradlint.flow import FunctionRole, Walk, Walker, helper_arguments
 from gradlint.names import dotted
 from gradlint.prescan import child_nodes
@@ -130,7 +130,7 @@ def _sum_in_helper(model: FileModel, helper: cst.FunctionDef, call: _Call, calle
     walker = _CallRecorder(walk, helper)
     walker.bind_params(bound)
     walker.run()
-    arguments = _arguments_by_param(helper, call)
+    arguments = {param: arg.value for param, arg in arguments_by_param(helper, (arg for arg, _ in call.args)).items()}
     dead = _ruled_out(helper, {param: text for param, expr in arguments.items()
                                if (text := _string(expr)) is not None} | _string_defaults(helper, arguments))
     own_exact = _ExactSums(model, helper)
@@ -149,28 +149,10 @@ def _sum_in_helper(model: FileModel, helper: cst.FunctionDef, call: _Call, calle
     return None
 
 
-def _params_of(helper: cst.FunctionDef) -> list[cst.Param]:
-    signature = helper.params
-    return [*signature.posonly_params, *signature.params, *signature.kwonly_params]
-
-
-def _arguments_by_param(helper: cst.FunctionDef, call: _Call) -> dict[str, cst.BaseExpression]:
-    """The expressions the call passes, by the helper's parameter names."""
-    positional = [p.name.value for p in (*helper.params.posonly_params, *helper.params.params)]
-    found: dict[str, cst.BaseExpression] = {}
-    for index, arg in enumerate(arg for arg, _ in call.args if arg.keyword is None):
-        if index < len(positional):
-            found[positional[index]] = arg.value
-    for arg, _ in call.args:
-        if arg.keyword is not None:
-            found[arg.keyword.value] = arg.value
-    return found
-
-
 def _string_defaults(helper: cst.FunctionDef, passed: dict[str, cst.BaseExpression]) -> dict[str, str]:
     """The string defaults of the parameters the call does not pass (`reduce: str = "sum"`)."""
     found = {}
-    for param in _params_of(helper):
+    for param in all_params(helper):
         if param.name.value not in passed and param.default is not None:
             text = _string(param.default)
             if text is not None:

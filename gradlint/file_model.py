@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 
@@ -258,42 +258,43 @@ class FileModel:
     def imported_ctx_stores(self, qualified: str, args: list[tuple[cst.Arg, Val]]) -> tuple[list, str | None] | None:
         """What a def of another project module given ctx stores on it (`stash(ctx, x)`): its
         ctx attribute stores, walked there with these arguments, and that def's place."""
-        if self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
-            return None
-        found = self.project.function(qualified)
-        if found is None:
-            return None
-        model, function, module = found
-        # Its classes are not this file's: a value that names one would be looked up there.
-        given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
-        bound = helper_arguments(function, given, model.prescan(function).tensor_uses)
-        self.project.calls_under_way += 1
-        try:
-            with self.project.asking(module):
-                walk = Walk(model, function, FunctionRole("function"))
-                walker = Walker(walk, function)
-                walker.bind_params(bound)
-                walker.run()
-        finally:
-            self.project.calls_under_way -= 1
+        with self.imported_function(qualified) as found:
+            if found is None:
+                return None
+            model, function, where = found
+            # Its classes are not this file's: a value that names one would be looked up there.
+            given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
+            bound = helper_arguments(function, given, model.prescan(function).tensor_uses)
+            walk = Walk(model, function, FunctionRole("function"))
+            walker = Walker(walk, function)
+            walker.bind_params(bound)
+            walker.run()
         stores = [e for e in walk.of(AttributeStore) if e.owner.kind is Kind.CTX]
-        return stores, self.project.where_defined(qualified) if stores else None
+        return stores, where if stores else None
+
+    def _imported_as(self, name: str) -> str | None:
+        """What a call of `name` reaches when this file imports it, while calls into other
+        modules are still followed (IMPORTED_CALL_DEPTH); None for a def of the file."""
+        if name in self.functions or self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
+            return None
+        return self.imports.aliases.get(name)
 
     def imported_def_holds(self, name: str, words: tuple[str, ...]) -> bool:
         """Whether `imported_def(name, holding=words)` may find a def: one of the project whose
         text (as a model of it would keep it) holds one of the words. Nothing is parsed."""
-        qualified = self.imports.aliases.get(name) if name not in self.functions else None
-        return qualified is not None and self.project is not None \
-            and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH \
-            and self.project.function_text_holds(qualified, words)
+        qualified = self._imported_as(name)
+        return qualified is not None and self.project.function_text_holds(qualified, words)
+
+    def imported_def(self, name: str, holding: tuple[str, ...] = ()):
+        """`imported_function` for the def this file imports as `name`."""
+        return self.imported_function(self._imported_as(name), holding)
 
     @contextmanager
-    def imported_def(self, name: str, holding: tuple[str, ...] = ()):
-        """The top-level def another project module defines, that this file imports as `name`,
-        with a model of that module to ask about it and its place for messages: (model, def,
-        `ops/clamp.py:4`), or None. What is asked inside the `with` is read on that module's
-        behalf (a cached result rests on it). `holding`: see Project.function."""
-        qualified = self.imports.aliases.get(name) if name not in self.functions else None
+    def imported_function(self, qualified: str | None, holding: tuple[str, ...] = ()):
+        """The top-level def `qualified` of another project module, with a model of that module
+        to ask about it and its place for messages: (model, def, `ops/clamp.py:4`), or None. What
+        is asked inside the `with` is read on that module's behalf (a cached result rests on it),
+        one call deeper. `holding`: see Project.function."""
         found = None
         if qualified is not None and self.project is not None \
                 and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH:
@@ -524,7 +525,7 @@ class FileModel:
         self_name = init.params.params[0].name.value
         walk = Walk(self, init, FunctionRole("init", self_name=self_name, owner_class=class_name))
         walker = Walker(walk, init)
-        params = {p.name.value: self._param_value(p, walk.role, init) for p in _all_params(init)}
+        params = {p.name.value: self._param_value(p, walk.role, init) for p in all_params(init)}
         walker.bind_params({**params, self_name: UNKNOWN})
         walker.run()
         for event in walk.of(AttributeStore):
@@ -881,7 +882,7 @@ class FileModel:
                 return None
             caller = around.get(id(call))
             name = args[position].value.value
-            declared = next((p for p in _all_params(caller) if p.name.value == name), None) if caller is not None else None
+            declared = next((p for p in all_params(caller) if p.name.value == name), None) if caller is not None else None
             found = annotated_value(declared.annotation.annotation, self.imports) \
                 if declared is not None and declared.annotation is not None else UNKNOWN
             if found.kind is not Kind.TENSOR and not tensor_or_tensors(found):
@@ -913,7 +914,7 @@ class FileModel:
 
     def _declared_int64(self, function: cst.FunctionDef, name: str) -> bool:
         """`cu_seqlens: torch.LongTensor` (or Optional of it) among the def's parameters."""
-        for param in _all_params(function):
+        for param in all_params(function):
             if param.name.value == name and param.annotation is not None:
                 return annotated_value(param.annotation.annotation, self.imports).int64
         return False
@@ -985,7 +986,7 @@ class FileModel:
             return frozenset()
         self._tensor_params[id(function)] = frozenset()  # a recursive helper finds nothing more
         scan = self.prescan(function)
-        params = [p.name.value for p in _all_params(function)]
+        params = [p.name.value for p in all_params(function)]
         names = set(params) & scan.tensor_uses
         names |= {name for module, name in scan.pointer_uses
                   if (self.imports.aliases.get(module.split(".")[0], "") + module[len(module.split(".")[0]):])
@@ -1004,7 +1005,7 @@ class FileModel:
         # An annotation says what the def accepts: `block_counts: torch.LongTensor | int` may be an int
         # whatever a branch of the body does with it.
         declared = {p.name.value: annotated_value(p.annotation.annotation, self.imports).kind
-                    for p in _all_params(function) if p.annotation is not None}
+                    for p in all_params(function) if p.annotation is not None}
         found = frozenset(n for n in names & set(params) if declared.get(n, Kind.TENSOR) is Kind.TENSOR)
         self._tensor_params[id(function)] = found
         return found
@@ -1064,7 +1065,7 @@ class FileModel:
             return None
         walk = Walk(self, forward, FunctionRole("function"))
         walker = Walker(walk, forward)
-        walker.bind_params({p.name.value: Val(Kind.TENSOR, is_input=True) for p in _all_params(forward)})
+        walker.bind_params({p.name.value: Val(Kind.TENSOR, is_input=True) for p in all_params(forward)})
         walker.run()
         returns = [e.value for e in walk.of(ReturnValue)]
         return returns[-1] if returns else None
@@ -1112,7 +1113,7 @@ class FileModel:
         instance = self._modules_by_name.get(receiver.module_class) if receiver is not None else None
         if instance is not None and role.self_name is not None:
             role.self_attributes = instance.attributes  # a base's method, run on the subclass's instance
-        bound = {p.name.value: self._param_value(p, role, function) for p in _all_params(function)}
+        bound = {p.name.value: self._param_value(p, role, function) for p in all_params(function)}
         positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
         if receiver is not None and not _is_static(function):
             if positional and leading_params(function) == 0:
@@ -1331,7 +1332,7 @@ class FileModel:
             closure: set[str] = set()
             while parent is not None:
                 scan = self.prescan(parent)
-                closure |= scan.assigned | scan.augmented | {p.name.value for p in _all_params(parent)}
+                closure |= scan.assigned | scan.augmented | {p.name.value for p in all_params(parent)}
                 parent = parents.get(id(parent))
             result.append(self._plain_walk(function, role, frozenset(closure)))
         # Helpers walked with a caller's graph-attached arguments (findings on one line report once).
@@ -1386,7 +1387,7 @@ class FileModel:
         walker = Walker(walk, function)
         if isinstance(function, cst.FunctionDef):
             walker.bind_params({param.name.value: self._param_value(param, role, function)
-                                for param in _all_params(function)})
+                                for param in all_params(function)})
         walker.run()
         return walk
 
@@ -1455,7 +1456,7 @@ def _decorated_no_grad(function: cst.FunctionDef, imports: ImportTable) -> bool:
     return False
 
 
-def _all_params(function: cst.FunctionDef) -> Iterator[cst.Param]:
+def all_params(function: cst.FunctionDef) -> Iterator[cst.Param]:
     params = function.params
     yield from params.posonly_params
     yield from params.params
@@ -1464,6 +1465,16 @@ def _all_params(function: cst.FunctionDef) -> Iterator[cst.Param]:
         yield params.star_arg
     if params.star_kwarg is not None:
         yield params.star_kwarg
+
+
+def arguments_by_param(function: cst.FunctionDef, args: Iterable[cst.Arg]) -> dict[str, cst.Arg]:
+    """A call's arguments by the parameter of `function` each binds: positional ones in order,
+    keyword ones by name (a call with a star argument binds nothing it can tell)."""
+    positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    args = list(args)
+    found = dict(zip(positional, (arg for arg in args if arg.keyword is None)))
+    found.update((arg.keyword.value, arg) for arg in args if arg.keyword is not None)
+    return found
 
 
 def blocks_of(statement: cst.CSTNode) -> Iterator:

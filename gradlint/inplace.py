@@ -17,7 +17,7 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.call_sites import is_true, keyword
-from gradlint.file_model import AutogradFunction, FileModel, blocks_of, leading_params, returns_in
+from gradlint.file_model import AutogradFunction, FileModel, all_params, arguments_by_param, blocks_of, leading_params, returns_in
 from gradlint.prescan import child_nodes, target_names
 from gradlint.values import Kind
 
@@ -277,14 +277,10 @@ class _ForwardScan:
                 changed, shown = _params_changed(model, helper, self.depth + 1), f"{name}() ({where})"
         if not changed:
             return
-        signature = helper.params
-        positional = [p.name.value for p in (*signature.posonly_params, *signature.params)]
-        for position, (arg, found) in enumerate(given):
-            if found is None:
-                continue
-            param = arg.keyword.value if arg.keyword is not None else \
-                positional[position] if position < len(positional) else None
-            if param in changed:
+        param_of = {id(arg): param for param, arg in arguments_by_param(helper, call.args).items()}
+        for arg, found in given:
+            param = param_of.get(id(arg))
+            if found is not None and param in changed:
                 self.mutations.append(_Mutation(call, found[0], found[1], changed[param], shown))
 
     # ----- statements -----------------------------------------------------------------------
@@ -389,8 +385,7 @@ class _ForwardScan:
 
 def _params_changed(model: FileModel, function: cst.FunctionDef, depth: int) -> dict[str, str]:
     """The parameters a def changes in place, each with the surest evidence it has of it."""
-    signature = function.params
-    params = [p.name.value for p in (*signature.posonly_params, *signature.params, *signature.kwonly_params)]
+    params = [p.name.value for p in all_params(function)]
     scan = _ForwardScan(model, None, params, depth)
     scan.block(function.body.body, {name: name for name in params})
     changed: dict[str, str] = {}

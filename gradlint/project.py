@@ -261,6 +261,7 @@ class ModuleFacts:
         self._symbols: Symbols | None = None
         self._symbols_failed = False
         self._models: dict[frozenset[int], ModuleModel | None] = {}
+        self._kept_texts: dict[frozenset[str], str] = {}  # model_text_holds: the kept text, lower case
         self._classes: dict[str, ClassFacts | None] = {}
         self._parts: dict[str, str] = {}
 
@@ -302,7 +303,10 @@ class ModuleFacts:
         wanted = self._wanted(name)
         if wanted is None:
             return False
-        text = self._kept_source(wanted).lower()
+        key = frozenset(wanted)
+        text = self._kept_texts.get(key)
+        if text is None:  # asked once to decide whether to follow a call, then again to follow it
+            text = self._kept_texts[key] = self._kept_source(wanted).lower()
         return any(word in text for word in words)
 
     def _wanted(self, name: str) -> set[str] | None:
@@ -555,17 +559,18 @@ class Project:
                 return facts.kind
         return None if unknown else "plain"
 
+    def _top_def(self, qualified: str) -> Definition | None:
+        """Where `qualified` is a top-level def (not a class) of a project module."""
+        found = self.resolve(qualified)
+        symbols = found.module.symbols if found is not None and found.name else None
+        return found if symbols is not None and not symbols.statements[found.name].is_class else None
+
     def function(self, qualified: str, holding: tuple[str, ...] = ()) -> tuple[ModuleModel, cst.FunctionDef, ModuleFacts] | None:
         """A top-level def of another module, with a model of that module to ask about it. With
         `holding`, only where the text that model would keep holds one of those words: a question
         about calls so named is answered without parsing a module that has none."""
-        found = self.resolve(qualified)
-        if found is None or not found.name:
-            return None
-        symbols = found.module.symbols
-        if symbols is None or symbols.statements[found.name].is_class:
-            return None
-        if holding and not found.module.model_text_holds(found.name, holding):
+        found = self._top_def(qualified)
+        if found is None or (holding and not found.module.model_text_holds(found.name, holding)):
             return None
         model = found.module.model_for(found.name)
         if model is None or found.name not in model.functions:
@@ -575,17 +580,13 @@ class Project:
     def function_text_holds(self, qualified: str, words: tuple[str, ...]) -> bool:
         """Whether `qualified` is a top-level def of a project module whose kept text (what
         `function` would parse) holds one of `words`."""
-        found = self.resolve(qualified)
-        symbols = found.module.symbols if found is not None and found.name else None
-        return symbols is not None and not symbols.statements[found.name].is_class \
-            and found.module.model_text_holds(found.name, words)
+        found = self._top_def(qualified)
+        return found is not None and found.module.model_text_holds(found.name, words)
 
     def is_def(self, qualified: str) -> bool:
         """Whether `qualified` names a top-level def of a project module (read from its symbols,
         nothing parsed): a function, whatever its name suggests (`unwrap_model` is no module)."""
-        found = self.resolve(qualified)
-        symbols = found.module.symbols if found is not None and found.name else None
-        return symbols is not None and not symbols.statements[found.name].is_class
+        return self._top_def(qualified) is not None
 
     def class_attribute(self, qualified_class: str, attribute: str):
         """What a top-level class of a project module (or a base of it there) declares an attribute
