@@ -173,15 +173,42 @@ def test_a_failing_build_falls_back_and_names_the_compiler_error(tmp_path):
     assert not list(cache.glob("*/*.so"))
 
 
+# Torch builds extensions as C++20 from 2.12 on (2.13 here) and as C++17 before: 2.11 on a GPU
+# machine failed on std::atomic_ref, which no build here could see. Users keep the torch they have.
+STANDARDS = ["-std=c++17", "-std=c++20"]
+
+
+@pytest.mark.parametrize("standard", STANDARDS)
+@pytest.mark.parametrize("source", ["scatter_add_op.cpp", "scatter_add_cpu.cpp"])
+def test_cpu_sources_compile_as_both_standards_torch_builds_with(source, standard):
+    from torch.utils import cpp_extension
+
+    from gradlint.cuda_ext import build
+
+    assert source in build.CPU_SOURCES
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None:
+        pytest.fail("this test needs a C++ compiler")
+    includes = [flag for path in cpp_extension.include_paths() for flag in ("-isystem", path)]
+    python_include = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run(
+        [compiler, standard, "-fsyntax-only", *includes, "-isystem", python_include, str(build.CSRC / source)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("standard", STANDARDS)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_cuda_kernels_compile_with_nvcc_and_no_torch_headers(tmp_path):
-    # The flags torch's build passes (no half operators or conversions, C++20), but no include
-    # path to torch: the kernels must stand alone, as torch here may be a CPU-only build.
+def test_cuda_kernels_compile_with_nvcc_and_no_torch_headers(tmp_path, standard):
+    # The flags torch's build passes (no half operators or conversions), but no include path to
+    # torch: the kernels must stand alone, as torch here may be a CPU-only build.
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
     done = subprocess.run(
-        ["nvcc", *COMMON_NVCC_FLAGS, "-std=c++20", "-O3", "-c", str(KERNELS), "-o", str(tmp_path / "kernels.o")],
+        ["nvcc", *COMMON_NVCC_FLAGS, standard, "-O3", "-c", str(KERNELS), "-o", str(tmp_path / "kernels.o")],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr

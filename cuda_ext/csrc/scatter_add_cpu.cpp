@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "relaxed_add.h"
 #include "scatter_add_checks.h"
 
 namespace gradlint {
@@ -333,8 +334,7 @@ void add_atomically(const scalar_t* src, int64_t row_stride, int64_t col_stride,
       acc_t* target = acc + static_cast<int64_t>(index[i * index_stride]) * d;
       const scalar_t* row = src + i * row_stride;
       for (int64_t j = 0; j < d; ++j) {
-        std::atomic_ref<acc_t>(target[j]).fetch_add(static_cast<acc_t>(row[j * col_stride]),
-                                                    std::memory_order_relaxed);
+        gradlint::relaxed_atomic_add(target + j, static_cast<acc_t>(row[j * col_stride]));
       }
     }
   });
