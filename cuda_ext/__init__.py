@@ -15,8 +15,10 @@ sort by target with sums parallel over output rows at more) and `atomic` (one at
 
 The C++ (and, with a GPU and a CUDA toolkit, CUDA) library compiles on first use into a cache
 (`$GRADLINT_EXT_CACHE`, else `$XDG_CACHE_HOME/gradlint/cuda_ext` or `~/.cache/gradlint/cuda_ext`).
-Without a compiler or ninja, or when the build fails, one warning says why and scatter_add runs a
-pure-torch reference instead: `BACKEND` is then "reference" and `fallback_reason` says why.
+Without a compiler or ninja, when the build fails, or when the built library cannot raise an error
+into torch (checked once per build, in a fresh interpreter: a compiler that links its own C++
+runtime makes every error a crash), one warning says why and scatter_add runs a pure-torch
+reference instead: `BACKEND` is then "reference" and `fallback_reason` says why.
 
 Importing this package does not import torch; the first call (or reading BACKEND) does.
 """

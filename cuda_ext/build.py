@@ -11,8 +11,10 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,6 +30,25 @@ CACHE_ENV = "GRADLINT_EXT_CACHE"
 # torch.utils.cpp_extension compiles without optimisation unless asked.
 EXTRA_CFLAGS = ("-O3",)
 EXTRA_CUDA_CFLAGS = ("-O3",)
+
+
+# Loads a library in a fresh interpreter and calls the op with arguments it rejects: it must raise.
+# A library whose C++ exceptions cannot cross into torch ends the process instead. Built by the
+# /opt/gcc/bin/g++ of an H200 machine's image (a g++ 13.3 wrapper whose libraries link libstdc++
+# statically: ldd lists no libstdc++) for torch 2.11, every error the op raised (a bad argument,
+# an index out of range, on CPU and CUDA) was a segfault; built by /usr/bin/g++ there, each raised.
+RAISE_CHECK = textwrap.dedent(
+    """
+    import sys, torch
+    torch.ops.load_library(sys.argv[1])
+    try:
+        torch.ops.gradlint.scatter_add(torch.ones(2, 1), torch.zeros(1, dtype=torch.int64), 1, True, True)
+    except RuntimeError:
+        sys.exit(0)
+    sys.exit(3)
+    """
+)
+RAISE_CHECKED = "raises-checked"  # in the build directory once the library passed RAISE_CHECK
 
 
 class BuildUnavailable(Exception):
@@ -157,6 +178,7 @@ def build_and_load(toolchain: Toolchain) -> BuiltLibrary:
 
     # torch's FileBaton holds `lock` while a build runs: a library seen then may be half-written.
     if library.exists() and not (build_dir / "lock").exists():
+        check_errors_reach_python(library, toolchain)
         try:
             torch.ops.load_library(str(library))
             return BuiltLibrary(library, with_cuda, built_now=False, seconds=time.perf_counter() - start)
@@ -187,5 +209,40 @@ def build_and_load(toolchain: Toolchain) -> BuiltLibrary:
     for warning in caught:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     log.unlink(missing_ok=True)
+    # torch's load has loaded the library into this process already: one that fails the check
+    # stays loaded but unused (the backend is then the reference, and nothing calls the op).
+    check_errors_reach_python(library, toolchain)
     after = library.stat().st_mtime_ns if library.exists() else None
     return BuiltLibrary(library, with_cuda, built_now=after != before, seconds=time.perf_counter() - start)
+
+
+def check_errors_reach_python(library: Path, toolchain: Toolchain) -> None:
+    """Raise BuildUnavailable unless an error the library raises reaches Python as an exception.
+
+    Run once per build directory (about 2 s: a fresh interpreter imports torch), remembered by a
+    marker file; in a subprocess, because a failing library ends the process that calls it."""
+    marker = library.parent / RAISE_CHECKED
+    if marker.exists():
+        return
+    try:
+        done = subprocess.run([sys.executable, "-c", RAISE_CHECK, str(library)], capture_output=True, text=True,
+                              timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise BuildUnavailable(f"could not check that the built library raises errors ({error})") from error
+    if done.returncode == 0:
+        try:
+            marker.touch()
+        except OSError:
+            pass  # checked again next time
+        return
+    if done.returncode < 0:
+        try:
+            how = f"died of {signal.Signals(-done.returncode).name}"
+        except ValueError:
+            how = f"died of signal {-done.returncode}"
+    else:
+        how = f"exited with code {done.returncode}"
+    raise BuildUnavailable(
+        f"the library built by {toolchain.cxx} cannot raise errors into torch (a call with bad arguments {how} "
+        f"instead of raising; a compiler that links its own C++ runtime does this): set CXX to another compiler"
+    )

@@ -46,9 +46,10 @@ PROBE = textwrap.dedent(
 )
 
 
-def run_probe(cache: Path, **env_changes: str) -> tuple[dict, list[str]]:
+def run_probe(cache: Path, before: str = "", **env_changes: str) -> tuple[dict, list[str]]:
     env = {**os.environ, "GRADLINT_EXT_CACHE": str(cache), **env_changes}
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-c", before + PROBE], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr.splitlines()
 
@@ -118,6 +119,24 @@ def test_second_load_in_a_new_process_does_not_recompile(tmp_path_factory):
     assert report["built_now"] is False, report
     assert {p: p.stat().st_mtime_ns for p in objects} == objects, "the second load rewrote build outputs"
     assert not our_warnings(stderr_lines)
+
+
+@pytest.mark.slow
+def test_a_library_whose_errors_end_the_process_is_not_used(tmp_path_factory, tmp_path):
+    # What a C++ runtime linked into the library does (seen on an H200 machine): the check's call
+    # with bad arguments dies instead of raising. Here the check itself is made to die that way,
+    # on a copy of this session's library that was never checked.
+    ext = compiled_extension(tmp_path_factory)
+    built = ext.load().library.path.parent
+    assert (built / "raises-checked").exists()
+    copy = tmp_path / "cache" / built.name
+    shutil.copytree(built, copy)
+    (copy / "raises-checked").unlink()
+    dies = "import gradlint.cuda_ext.build as b; b.RAISE_CHECK = 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'\n"
+    report, stderr_lines = run_probe(tmp_path / "cache", before=dies)
+    assert_fell_back_with_one_warning(report, stderr_lines, "cannot raise errors into torch", "died of SIGSEGV",
+                                      "set CXX to another compiler")
+    assert not (copy / "raises-checked").exists()
 
 
 @pytest.mark.slow
