@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import weakref
 
 import torch
@@ -157,6 +158,7 @@ class LiveStorageTracker(TorchDispatchMode):
         self._hidden_dirs, self._user_dirs = (*_hidden_dirs(), "<frozen"), (_SCENARIO_DIR,)
         self._freed = _freed_callback(weakref.ref(self))
         self._where: dict[str, int] = {}  # file name -> _USER, _LIBRARY or _HIDDEN
+        self._driver = threading.get_ident()  # the thread that runs the steps (see _user_line)
 
     # -- the mode -----------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -220,7 +222,15 @@ class LiveStorageTracker(TorchDispatchMode):
         (transformers' GPT-2 `mm`, a Trainer's `clone`) is charged to the user's line that called
         into it (their `compute_loss` override calling `super().compute_loss`), not to the
         library's line. With no user frame on the stack, the innermost library frame."""
-        frame = sys._getframe(3)
+        try:
+            frame = sys._getframe(3)
+        except ValueError:
+            # No Python frame called the op: autograd's engine ran it on a thread of its own, with
+            # the mode's state copied there. CUDA backward runs on such a device thread (every
+            # step failed with "call stack is not deep enough" on an H200, torch 2.11), while
+            # the driving thread waits in `loss.backward()`: its line is the one to charge, as
+            # on CPU, where backward runs on the driving thread itself.
+            frame = sys._current_frames().get(self._driver)
         where = self._where
         fallback = None
         while frame is not None:

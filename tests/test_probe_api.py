@@ -99,6 +99,35 @@ def test_the_automatic_collector_is_restored_after_probing():
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_an_op_run_on_autograds_own_thread_is_charged_to_the_line_the_driving_thread_waits_on():
+    # CUDA backward runs on a device thread of autograd's engine, with no Python frame under the
+    # mode; a thread started from C, whose only frame calls the tracker, stands for it.
+    import _thread
+    import threading
+
+    from gradlint.runtime_probe.tracker import LiveStorageTracker
+
+    tracker = LiveStorageTracker()
+    made = torch.ones(3)
+    turn = threading.Condition()
+
+    def on_engine_thread():
+        with turn:  # taken only once the driving thread waits below
+            tracker._record(made, torch.ops.aten.ones.default)
+            turn.notify()
+
+    with turn:
+        _thread.start_new_thread(on_engine_thread, ())
+        assert turn.wait(30)  # as the driving thread waits in loss.backward()
+    record = tracker.records[made.untyped_storage()._cdata]
+    assert (record.file, record.line, record.nbytes) == (__file__, line_of_test("assert turn.wait(30)"), 12)
+
+
+def line_of_test(text: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line and "line_of_test" not in line)
+
+
 def test_cpu_only_torch_never_trusts_cuda_memory():
     from gradlint.runtime_probe import signals
     from gradlint.runtime_probe.api import resolve_device
@@ -160,7 +189,9 @@ def test_steps_until_memory_is_gone_use_the_faster_of_the_tracker_and_the_heap(m
     from gradlint.runtime_probe import signals
 
     monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
-    report = probe(step("keep_losses"), steps=60)
+    # On the CPU: on CUDA the countdown follows the allocator, not the host heap (as it should;
+    # "auto" took the GPU and this test failed on an H200).
+    report = probe(step("keep_losses"), steps=60, device="cpu")
     # 4 B/step of storage, but each kept loss also keeps its graph's C++ nodes: only the heap sees those.
     assert report.bytes_per_step == pytest.approx(4.0)
     assert report.heap_bytes_per_step is not None and report.heap_bytes_per_step > 1000
@@ -187,7 +218,7 @@ def test_heap_growth_is_blamed_on_graph_nodes_only_when_a_graph_grows(monkeypatc
     monkeypatch.setattr(signals, "device_free_bytes", lambda device: 10**9)
     # The heap is faked to outgrow the tensors (10 KB a step), so the report explains it.
     monkeypatch.setattr(signals, "heap_bytes", lambda: 10_000 * len(keep.__globals__["detached_outputs"]))
-    report = probe(keep, steps=60, track_every=1)
+    report = probe(keep, steps=60, track_every=1, device="cpu")  # the heap is the CPU's signal
     assert report.verdict is Verdict.RETAINED and report.graph_nodes_per_step == 0
     text = report_text(report)
     assert "(heap +10,000 B/step)" in text and "graph's C++ nodes" not in text
