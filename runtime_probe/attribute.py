@@ -1019,8 +1019,9 @@ def adopt_unreferenced(tracker: "LiveStorageTracker", grouped: dict[str, tuple[H
         return grouped
     owner: dict[int, tuple[Holder, str]] = {}
     seen: set[int] = set()  # shared: a node reachable from several roots is read once
+    keep: list = []  # the node wrappers, so ids in `seen` stay unique
     for root, holder in named_roots:
-        for t in graph.saved_tensors(root, seen):
+        for t in graph.saved_tensors(root, seen, keep):
             owner.setdefault(tracker.storage_key(t), (holder, "saved in the graph"))
     named = {key: holder for holder, keys in grouped.values() if holder.subject for key in keys}
     for key, tensors in tensors_by_storage(tracker, set(named)).items():
@@ -1033,7 +1034,7 @@ def adopt_unreferenced(tracker: "LiveStorageTracker", grouped: dict[str, tuple[H
             # graph saves (a leaf made in the step, and its .grad) is the view's holder's too.
             for root in (t, t._base):
                 if root is not None and root.grad_fn is not None:
-                    for kept in graph.saved_tensors(root, seen):
+                    for kept in graph.saved_tensors(root, seen, keep):
                         owner.setdefault(tracker.storage_key(kept), (named[key], "saved in the graph"))
     for subject in unnamed:
         keys = grouped[subject][1]

@@ -69,9 +69,12 @@ def graph_roots(tensors: Iterable) -> list:
 _saved_names: dict[type, tuple[str, ...]] = {}
 
 
-def saved_tensors(root, seen: set[int]) -> Iterator:
+def saved_tensors(root, seen: set[int], keep: list) -> Iterator:
     """Tensors saved inside the nodes reachable from `root`'s grad_fn that are not in `seen`
     (shared across roots, so a node is read once): what a branch backward never ran keeps.
+    `keep` holds the node wrappers as long as `seen` is used: torch 2.11 frees a node's wrapper
+    with its last Python reference (28 nodes read one at a time had 2 distinct ids; 28 on torch
+    2.13), so a later root's node got a freed one's id and was skipped as seen.
 
     Built-in nodes expose each saved input or output as a `_saved_*` attribute; a custom
     Function's node as `saved_tensors`; AccumulateGrad its leaf as `variable` (a leaf made in the
@@ -79,7 +82,6 @@ def saved_tensors(root, seen: set[int]) -> Iterator:
     one after backward freed it raises: skipped.
     """
     stack = [getattr(root, "grad_fn", None)]
-    keep = []  # hold the node wrappers while walking so ids stay unique
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:

@@ -50,6 +50,7 @@ class SavedIndexSampler:
         self._step: dict[str, int] | None = None
         self._storages: set[int] = set()
         self._nodes: set[int] = set()
+        self._keep: list = []  # the node wrappers read this step, so ids in _nodes stay unique
         self._original = None
         self._wrapper = None
 
@@ -60,7 +61,7 @@ class SavedIndexSampler:
     def start(self) -> None:
         import torch
 
-        self._step, self._storages, self._nodes = {}, set(), set()
+        self._step, self._storages, self._nodes, self._keep = {}, set(), set(), []
         current = getattr(torch.autograd, "_engine_run_backward", None)
         if current is None:
             return
@@ -82,6 +83,7 @@ class SavedIndexSampler:
         if self._wrapper is not None and getattr(torch.autograd, "_engine_run_backward", None) is self._wrapper:
             torch.autograd._engine_run_backward = self._original
         self._original = self._wrapper = None
+        self._keep = []
         if keep and self._step is not None:
             self.samples.append(self._step)
         self._step = None
@@ -94,12 +96,11 @@ class SavedIndexSampler:
         step = self._step
         if step is None:
             return
-        keep: list = []
         # Reading a saved slot unpacks it: not an op of the user's step for the tracker to see.
         with _disable_current_modes():
             for root in roots:
                 node = getattr(root, "grad_fn", None) or getattr(root, "node", None)  # a tensor or a GradientEdge
-                for saver, name, saved in graph.saved_slots(node, self._nodes, keep):
+                for saver, name, saved in graph.saved_slots(node, self._nodes, self._keep):
                     if saved.dtype != torch.int64:
                         continue
                     storage = saved.untyped_storage()
