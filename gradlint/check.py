@@ -41,6 +41,9 @@ class CheckRequest:
     no_cache: bool = False
     baseline: Path | None = None  # report only findings not in it; written when it does not exist
     add_noqa: bool = False  # write `# noqa: CODE` on each finding's line
+    # Excludes drop files named in `paths` too (ruff's --force-exclude, so a pre-commit hook cannot
+    # push an excluded file in); False checks every named file, as the probe's cross-check needs.
+    exclude_named: bool = True
 
     @property
     def fix_mode(self) -> str | None:
@@ -149,7 +152,7 @@ def run_check(request: CheckRequest) -> CheckOutcome:
         if problem is not None:
             raise InputError(problem)
     jobs = [(str(path), settings.ignored_for(discovery.relative(path), codes))
-            for path in discovery.files(request.paths)]
+            for path in discovery.files(request.paths, request.exclude_named)]
     outcome = CheckOutcome([], len(jobs), [], unreadable_dirs=list(discovery.unreadable))
     cache = None
     if not request.no_cache and request.fix_mode is None:

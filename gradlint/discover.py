@@ -181,7 +181,10 @@ class Discovery:
                         ignored = not negated
         return ignored
 
-    def files(self, paths: list[Path]) -> Iterator[Path]:
+    def files(self, paths: list[Path], exclude_named: bool = True) -> Iterator[Path]:
+        """The Python files under `paths`. `exclude_named=False` checks a file named in `paths`
+        even where excludes would drop it (ruff without --force-exclude): for a caller that asks
+        about exact files, as the probe's cross-check does about the files holding a leak."""
         seen: set[Path] = set()
         for path in paths:
             if path.is_dir():
@@ -196,6 +199,6 @@ class Discovery:
                             if candidate not in seen:
                                 seen.add(candidate)
                                 yield candidate
-            elif not self.excluded(path, False, path) and path not in seen:
+            elif (not exclude_named or not self.excluded(path, False, path)) and path not in seen:
                 seen.add(path)
                 yield path

@@ -35,6 +35,18 @@ def line_of(text: str) -> int:
     return next(n for n, line in enumerate(CASES.read_text().splitlines(), 1) if text in line)
 
 
+
+def test_the_cross_check_checks_the_files_it_names_even_where_excludes_would_drop_them(tmp_path, monkeypatch):
+    # A non-editable install in the project's own .venv puts the bundled scenarios under
+    # .venv/.../site-packages: the default excludes dropped them and the self-test saw no finding.
+    from gradlint.runtime_probe import scenarios
+
+    installed = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "pkg" / "output_on_ctx.py"
+    installed.parent.mkdir(parents=True)
+    installed.write_text((Path(scenarios.__file__).parent / "output_on_ctx.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert [f.code for f in static_findings([str(installed)])] == ["GL101"]
+
 def test_a_view_of_its_output_saved_where_backward_never_ran_is_named_by_the_function():
     report = probe(step("evaluate_under_grad"), steps=30, device="cpu")
     assert report.verdict is Verdict.RETAINED, report.reason
