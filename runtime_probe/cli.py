@@ -149,12 +149,12 @@ def _probe(target, script_args, module, steps, warmup, gc_every, track_every, de
     try:
         import torch  # noqa: F401
     except ImportError:
-        _fail("the probe needs PyTorch: pip install 'gradlint[torch]' (or pip install torch)")
+        _fail("the probe needs PyTorch: pip install 'torch-gradlint[torch]' (or pip install torch)")
     if plot_file:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            _fail("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)")
+            _fail("--plot needs matplotlib: pip install 'torch-gradlint[plot]' (or pip install matplotlib)")
         _check_output("--plot", plot_file, ".png")
     if json_file:
         _check_output("--json", json_file)

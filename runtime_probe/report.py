@@ -105,7 +105,7 @@ def write_plot(path: str, reports: list[ProbeReport]) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'gradlint[plot]' (or pip install matplotlib)") from None
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'torch-gradlint[plot]' (or pip install matplotlib)") from None
     fig, ax = plt.subplots(figsize=(9, 5))
     # Scenarios that leak the same bytes per step draw the same line: each curve is thinner than
     # the one before and drawn over it, so where they coincide every colour still shows.

@@ -100,7 +100,7 @@ def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch):
     result = run(f"{STEPS}:clean_step", "--plot", str(tmp_path / "p.png"))
     assert result.exit_code == 2
     assert result.output == ("gradlint probe: error: --plot needs matplotlib: "
-                             "pip install 'gradlint[plot]' (or pip install matplotlib)\n")
+                             "pip install 'torch-gradlint[plot]' (or pip install matplotlib)\n")
 
 
 def test_device_cuda_without_cuda_is_a_usage_error():
@@ -115,7 +115,7 @@ def test_without_torch_the_probe_says_so_in_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     result = run(f"{STEPS}:clean_step")
     assert result.exit_code == 2
-    assert result.output == "gradlint probe: error: the probe needs PyTorch: pip install 'gradlint[torch]' (or pip install torch)\n"
+    assert result.output == "gradlint probe: error: the probe needs PyTorch: pip install 'torch-gradlint[torch]' (or pip install torch)\n"
 
 
 def test_importing_the_probe_command_does_not_import_torch():
