@@ -347,6 +347,11 @@ class _CollectorWatch:
             setattr(gc, name, function)
 
 
+# What convert_frame asks to skip a frame under a dispatch mode, in the torch versions that do
+# (2.11 and 2.13 import the first; the second is the older flag it falls back on).
+_DYNAMO_MODE_CHECKS = ("any_torch_dispatch_mode_on_stack", "is_in_any_mode_without_ignore_compile_internals")
+
+
 class _CompileWatch:
     """Whether torch.compile'd code ran during the run: the tracker is a dispatch mode, and under
     it compiled code runs eagerly (measured on torch 2.13: a function compiled before the mode was
@@ -355,8 +360,9 @@ class _CompileWatch:
     measured. Counted: torch.compile calls (a script compiles after the probe began) and entries
     into compiled code (a model compiled before: at import, or before a Trainer's fit), which go
     through Dynamo's eval_frame._callback_from_stance with a compiler's callback on every call
-    (code Dynamo is told to skip goes through it too, with none). That is private: where a torch
-    lacks it, only the torch.compile calls are seen.
+    (code Dynamo is told to skip goes through it too, with none), or on a torch without it through
+    eval_frame.set_eval_frame. Both are private: where a torch has neither, only the torch.compile
+    calls are seen.
 
     One set of wrappers serves every run in progress (a probe inside a probe, a Lightning fit in a
     probed script): each wrapper counts for all of them, and the originals go back when the last
@@ -378,7 +384,7 @@ class _CompileWatch:
             return
         runs = _CompileWatch._runs
 
-        def counting(owner, name: str, counts=lambda *args: True) -> None:
+        def counting(owner, name: str, counts=lambda *args: True, after=lambda: None) -> None:
             original = getattr(owner, name, None)
             if not callable(original):
                 return
@@ -387,19 +393,41 @@ class _CompileWatch:
                 if counts(*args):
                     for run in runs:
                         run.compiled += 1
-                return original(*args, **kwargs)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    after()
 
             counted.__wrapped__ = original
             _CompileWatch._originals.append((owner, name, original))
             setattr(owner, name, counted)
 
-        counting(torch, "compile")
+        def eager_under_the_tracker() -> None:
+            # torch 2.13 compiles no frame while a dispatch mode is on the stack (convert_frame
+            # checks), so compiled code runs eagerly under the tracker. torch 2.4.1 has no such
+            # check: it recompiled under the tracker, and the user's step failed (step 23 of a
+            # compiled model: BackendCompilerFailed, "Please convert all Tensors to FakeTensors
+            # first"). There Dynamo is off for the run (config.disable): the same eager path.
+            convert = sys.modules.get("torch._dynamo.convert_frame")
+            config = sys.modules.get("torch._dynamo.config")
+            if convert is None or config is None or getattr(config, "disable", True) is not False:
+                return
+            if any(hasattr(convert, name) for name in _DYNAMO_MODE_CHECKS):
+                return
+            _CompileWatch._originals.append((config, "disable", False))
+            config.disable = True
+
+        eager_under_the_tracker()
+        counting(torch, "compile", after=eager_under_the_tracker)  # a first compile imports Dynamo
         # Not imported yet: nothing was compiled, and a torch.compile call from now on is counted above.
         eval_frame = sys.modules.get("torch._dynamo.eval_frame")
         if eval_frame is not None:
             # Its argument is the frame callback: a compiler's for compiled code; None (or False) for
-            # code torch._disable_dynamo wraps (an optimizer's step()), which runs as it is.
-            counting(eval_frame, "_callback_from_stance", lambda callback=None, *rest: callback not in (None, False))
+            # code torch._disable_dynamo wraps (an optimizer's step()), which runs as it is. Before
+            # _callback_from_stance (torch 2.4.1 has none) a compiled function's wrapper passes the
+            # callback to the module's set_eval_frame itself, on entry (and the prior one on exit).
+            entry = "_callback_from_stance" if hasattr(eval_frame, "_callback_from_stance") else "set_eval_frame"
+            counting(eval_frame, entry, lambda callback=None, *rest: callback not in (None, False))
 
     def remove(self) -> None:
         runs = _CompileWatch._runs
