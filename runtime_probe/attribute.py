@@ -222,7 +222,8 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
     attribute. On 3.11 the instance itself refers to it (inline values), else its __dict__ does;
     the attribute is read with dict.items, so no user code runs."""
     for referrer in gc.get_referrers(owner):
-        instances = _holders_of_dict(referrer) if type(referrer) is dict else [referrer]
+        # isinstance: torch 2.4.1 keeps _modules and _parameters in OrderedDicts (2.13: dicts).
+        instances = _holders_of_dict(referrer) if isinstance(referrer, dict) else [referrer]
         for instance in instances:
             if isinstance(instance, _NOT_INSTANCES) or not hasattr(instance, "__dict__"):
                 continue
@@ -233,7 +234,7 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
                 name = next((k for k, v in dict.items(attrs) if v is owner and isinstance(k, str)), None)
                 for registry in _REGISTRIES:  # a submodule is kept in the module's _modules
                     held = dict.get(attrs, registry)
-                    if name is None and type(held) is dict:
+                    if name is None and isinstance(held, dict):
                         name = next((k for k, v in dict.items(held) if v is owner and isinstance(k, str)), None)
                 if name is not None:
                     return type(instance), name
@@ -243,7 +244,7 @@ def _user_attribute_of(owner) -> tuple[type, str] | None:
 def _torch_container_of(module):
     """The nn.ModuleList / Sequential / ModuleDict that keeps `module` in its _modules, if one does."""
     for referrer in gc.get_referrers(module):
-        if type(referrer) is dict:
+        if isinstance(referrer, dict):  # an OrderedDict _modules on torch 2.4.1
             for holder in _holders_of_dict(referrer):
                 if _is_torch_container(holder) and _registry_of(holder, referrer):
                     return holder
