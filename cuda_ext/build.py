@@ -7,7 +7,10 @@ edit to a source, a torch upgrade or another compiler gets a fresh directory.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import logging
 import os
 import re
 import shutil
@@ -90,9 +93,24 @@ def _first_line_of(command: list[str]) -> str:
     return lines[0] if lines else ""
 
 
+def _cpp_extension():
+    """torch.utils.cpp_extension, imported without its chatter: on a CUDA build of torch with no
+    GPU, importing it says "No CUDA runtime is found, using CUDA_HOME=..." (a print to stderr on
+    torch 2.4.1, a log warning on 2.11 and 2.13) before any build is asked for. A fallback is one
+    line; the toolkit it names is in the build key and in cuda_skip_reason where it matters."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            from torch.utils import cpp_extension
+    finally:
+        logger.disabled = disabled
+    return cpp_extension
+
+
 def find_toolchain() -> Toolchain:
     """What the build will use, or BuildUnavailable naming what is missing."""
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
 
     # torch.utils.cpp_extension compiles with $CXX, else `c++`, and runs `ninja` from PATH.
     cxx_name = os.environ.get("CXX", "c++")
@@ -165,7 +183,7 @@ def _short_build_error(error: BaseException, log: Path) -> str:
 
 def build_and_load(toolchain: Toolchain) -> BuiltLibrary:
     """Load the cached library, compiling it first when the cache has none."""
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
 
     start = time.perf_counter()
     build_dir = cache_root() / build_key(toolchain)
