@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         times = {name: statistics.median(values) for name, values in samples.items()}
         base = times["index_add_ int64"]
         for name, ms in times.items():
-            line = f"{case:<16} {name:<22} {ms:>10.1f} {ms / base:>20.2f}"
+            line = f"{case:<16} {name:<22} {ms:>10.3f} {ms / base:>20.2f}"
             if bandwidth:
                 gbs = bytes_moved(name, src, index, targets) / (ms * 1e6)
                 line += f" {gbs:>8.0f} {100 * gbs / bandwidth:>6.0f}%"
