@@ -1256,9 +1256,37 @@ class FileModel:
             role.kind = "module_forward" if name == "forward" else "module_method"
             if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
                 role.no_grad = True
-        if _decorated_no_grad(function, self.imports):
+        if _decorated_no_grad(function, self.imports) or id(function) in self._no_grad_by_callers:
             role.no_grad = True
         return role
+
+    @cached_property
+    def _no_grad_by_callers(self) -> set[int]:
+        """Methods whose every caller in their class runs with grad off: a helper only the class's
+        `@torch.inference_mode()` methods call (megatron's forward_pass_* under run_one_forward_step,
+        read as a GL104 loop before). Transitively. A method that no other method of its class
+        calls by name is not one; a name called on any object counts as a caller (`called_names`),
+        which can only keep a method out."""
+        result: set[int] = set()
+        for info in self._top_classes_by_name.values():
+            module = self._modules_by_node.get(id(info.node))
+            off = {id(method) for name, method in info.methods.items()
+                   if _decorated_no_grad(method, self.imports)
+                   or (module is not None and module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS)}
+            callers: dict[str, list[cst.FunctionDef]] = {}
+            for name, method in info.methods.items():
+                for called in self.prescan(method).called_names & info.methods.keys() - {name}:
+                    callers.setdefault(called, []).append(method)
+            changed = True
+            while changed:
+                changed = False
+                for name, calling in callers.items():
+                    method = info.methods[name]
+                    if id(method) not in off and all(id(c) in off for c in calling):
+                        off.add(id(method))
+                        result.add(id(method))
+                        changed = True
+        return result
 
     def runs_in_forward(self, function: cst.FunctionDef) -> bool:
         """Whether a Module's method runs as part of its forward: forward itself, or a method of the

@@ -33,7 +33,9 @@ A meter of another module of the project (`meter.update(loss)`, whose `update` d
 `self.sum += value * n`) chains onto the meter: reported at the call, with the line of that
 method in the message, unless the meter is made afresh on every step. Only in a file that shows
 training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
-criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported.
+criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported. Code under
+`torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method, a Lightning
+validation hook, and a method that only such methods of its class call (a wrapper's helper).
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
@@ -82,6 +84,24 @@ code; otherwise the finding stays, without a fix:
 - Never in a Module's forward or a method it runs.
 """
     VALID = (
+        # A helper that only the class's inference_mode method calls runs with grad off.
+        """
+import torch
+
+class InferenceWrapper:
+    def __init__(self, model):
+        self.model = model
+
+    def forward_all(self, batches):
+        total = 0
+        for b in batches:
+            total += self.model(b).sum()
+        return total
+
+    @torch.inference_mode()
+    def run(self, batches):
+        return self.forward_all(batches)
+""",
         # Truncated BPTT: the state is detached before the call that reads it, inside a branch
         # (the first chunk starts without one): quiet there as it is outside a branch.
         """
