@@ -347,8 +347,8 @@ class _CollectorWatch:
             setattr(gc, name, function)
 
 
-# What convert_frame asks to skip a frame under a dispatch mode, in the torch versions that do
-# (2.11 and 2.13 import the first; the second is the older flag it falls back on).
+# What convert_frame asks to skip a frame under a dispatch mode, in the torch versions that do:
+# 2.11 and 2.13 import both (the stack walk, and the flag it falls back on); 2.4.1 neither.
 _DYNAMO_MODE_CHECKS = ("any_torch_dispatch_mode_on_stack", "is_in_any_mode_without_ignore_compile_internals")
 
 

@@ -49,8 +49,6 @@ class SavedIndexSampler:
         self.where: dict[str, tuple[str, int, str]] = {}  # subject -> (file, line, detail)
         self._step: dict[str, int] | None = None
         self._storages: set[int] = set()
-        self._nodes: set[int] = set()
-        self._keep: list = []  # the node wrappers read this step, so ids in _nodes stay unique
         self._original = None
         self._wrapper = None
 
@@ -61,7 +59,7 @@ class SavedIndexSampler:
     def start(self) -> None:
         import torch
 
-        self._step, self._storages, self._nodes, self._keep = {}, set(), set(), []
+        self._step, self._storages = {}, set()
         current = getattr(torch.autograd, "_engine_run_backward", None)
         if current is None:
             return
@@ -83,7 +81,6 @@ class SavedIndexSampler:
         if self._wrapper is not None and getattr(torch.autograd, "_engine_run_backward", None) is self._wrapper:
             torch.autograd._engine_run_backward = self._original
         self._original = self._wrapper = None
-        self._keep = []
         if keep and self._step is not None:
             self.samples.append(self._step)
         self._step = None
@@ -96,11 +93,16 @@ class SavedIndexSampler:
         step = self._step
         if step is None:
             return
+        # Nodes are told apart by id only while their wrappers are held (`keep`): torch 2.11 frees
+        # a wrapper with its last reference, so a set of ids kept across backward calls took a
+        # later call's nodes for read ones. Across calls, a storage is counted once (_storages).
+        seen: set[int] = set()
+        keep: list = []
         # Reading a saved slot unpacks it: not an op of the user's step for the tracker to see.
         with _disable_current_modes():
             for root in roots:
                 node = getattr(root, "grad_fn", None) or getattr(root, "node", None)  # a tensor or a GradientEdge
-                for saver, name, saved in graph.saved_slots(node, self._nodes, self._keep):
+                for saver, name, saved in graph.saved_slots(node, seen, keep):
                     if saved.dtype != torch.int64:
                         continue
                     storage = saved.untyped_storage()
