@@ -51,6 +51,7 @@ RAISE_CHECK = textwrap.dedent(
     sys.exit(3)
     """
 )
+RAISE_CHECK_RETURNED = 3  # the call with bad arguments returned
 RAISE_CHECKED = "raises-checked"  # in the build directory once the library passed RAISE_CHECK
 
 
@@ -253,13 +254,18 @@ def check_errors_reach_python(library: Path, toolchain: Toolchain) -> None:
         except OSError:
             pass  # checked again next time
         return
-    if done.returncode < 0:
+    if done.returncode == RAISE_CHECK_RETURNED:
+        how = "returned"
+    elif done.returncode < 0:
         try:
             how = f"died of {signal.Signals(-done.returncode).name}"
         except ValueError:
             how = f"died of signal {-done.returncode}"
     else:
-        how = f"exited with code {done.returncode}"
+        # The check itself could not run (the fresh interpreter finds no torch where this process
+        # found it through a sys.path edit, say): the library is used, as before the check existed,
+        # and checked again next time.
+        return
     raise BuildUnavailable(
         f"the library built by {toolchain.cxx} cannot raise errors into torch (a call with bad arguments {how} "
         f"instead of raising; a compiler that links its own C++ runtime does this): set CXX to another compiler"

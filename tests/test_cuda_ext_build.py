@@ -138,6 +138,13 @@ def test_a_library_whose_errors_end_the_process_is_not_used(tmp_path_factory, tm
                                       "set CXX to another compiler")
     assert not (copy / "raises-checked").exists()
 
+    # A check that cannot run at all (here: it exits 1, as an interpreter finding no torch would)
+    # proves nothing either way: the library is used, and checked again next time.
+    cannot = "import gradlint.cuda_ext.build as b; b.RAISE_CHECK = 'import sys; sys.exit(1)'\n"
+    report, stderr_lines = run_probe(tmp_path / "cache", before=cannot)
+    assert report["backend"] == ext.BACKEND and report["matches_index_add"] and not our_warnings(stderr_lines), report
+    assert not (copy / "raises-checked").exists()
+
 
 @pytest.mark.slow
 def test_without_a_compiler_scatter_add_falls_back_to_the_reference(tmp_path):
