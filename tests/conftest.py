@@ -34,6 +34,18 @@ def _user_cache_folder(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_extension_build(_user_cache_folder, tmp_path_factory: pytest.TempPathFactory):
+    """Every load of the bundled op in the session, whatever test comes first, uses the one build
+    directory test_cuda_ext*'s checks expect (cuda_ext_session.py): a probe test loading the op
+    first built it elsewhere, and test_second_load_in_a_new_process_does_not_recompile failed when
+    test_probe_* ran before test_cuda_ext*."""
+    from cuda_ext_session import session_cache
+
+    session_cache(tmp_path_factory)
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _statements_kept_by_one_test_only():
     """The language server keeps parsed statements for its next lint (gradlint/parse.py) and
