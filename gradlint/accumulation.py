@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from gradlint.file_model import AutogradFunction, FileModel, all_params, arguments_by_param, leading_params
-from gradlint.flow import FunctionRole, Walk, Walker, helper_arguments
+from gradlint.flow import FunctionRole, Walk, Walker, walk_called
 from gradlint.names import dotted
 from gradlint.prescan import child_nodes
 from gradlint.values import UNKNOWN, Kind, Val
@@ -124,12 +124,7 @@ def _through_helper(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple
 
 def _sum_in_helper(model: FileModel, helper: cst.FunctionDef, call: _Call, caller_exact: "_ExactSums",
                    through: str) -> tuple[str, str, str] | None:
-    given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in call.args]
-    bound = helper_arguments(helper, given, model.prescan(helper).tensor_uses)
-    walk = Walk(model, helper, FunctionRole("function"))
-    walker = _CallRecorder(walk, helper)
-    walker.bind_params(bound)
-    walker.run()
+    walker = walk_called(model, helper, call.args, _CallRecorder)
     arguments = {param: arg.value for param, arg in arguments_by_param(helper, (arg for arg, _ in call.args)).items()}
     dead = _ruled_out(helper, {param: text for param, expr in arguments.items()
                                if (text := _string(expr)) is not None} | _string_defaults(helper, arguments))

@@ -17,8 +17,8 @@ import libcst as cst
 from gradlint import parse, torch_api as api
 from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
-from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, helper_arguments,
-                           looks_like_module)
+from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, foreign_arguments,
+                           looks_like_module, walk_called)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
@@ -262,13 +262,7 @@ class FileModel:
             if found is None:
                 return None
             model, function, where = found
-            # Its classes are not this file's: a value that names one would be looked up there.
-            given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
-            bound = helper_arguments(function, given, model.prescan(function).tensor_uses)
-            walk = Walk(model, function, FunctionRole("function"))
-            walker = Walker(walk, function)
-            walker.bind_params(bound)
-            walker.run()
+            walk = walk_called(model, function, args).walk
         stores = [e for e in walk.of(AttributeStore) if e.owner.kind is Kind.CTX]
         return stores, where if stores else None
 
@@ -351,8 +345,7 @@ class FileModel:
         return None
 
     def _walk_imported(self, model, function, owner, module, args, receiver, kept) -> Val:
-        # Its classes are not this file's: a value that names one would be looked up here.
-        given = [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
+        given = foreign_arguments(args)
         self.project.calls_under_way += 1
         try:
             with self.project.asking(module):

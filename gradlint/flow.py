@@ -461,6 +461,22 @@ def helper_arguments(function: cst.FunctionDef, args, tensor_uses: set[str]) -> 
     return bound
 
 
+def foreign_arguments(args: list) -> list:
+    """A call's (arg, value) pairs as the called def's module reads them: a value naming one of the
+    caller's classes (module_class) would be looked up in the wrong module, so it names none."""
+    return [(arg, value.with_(module_class=None) if value.module_class else value) for arg, value in args]
+
+
+def walk_called(model, function: cst.FunctionDef, args: list, walker: type[Walker] | None = None) -> Walker:
+    """`function` (a def of `model`'s module) walked as a plain function, its parameters bound to
+    a call's arguments (foreign_arguments, helper_arguments); the walker, run, holds its Walk."""
+    bound = helper_arguments(function, foreign_arguments(args), model.prescan(function).tensor_uses)
+    run = (walker or Walker)(Walk(model, function, FunctionRole("function")), function)
+    run.bind_params(bound)
+    run.run()
+    return run
+
+
 class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
 
