@@ -280,6 +280,7 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
         hits: list[tuple[Rule, Hit]] = []
         for rule in rules:
             hits.extend((rule, hit) for hit in rule.check(model))
+        model.release()  # the hits hold nodes of the tree, never the model
         if hits:
             positions = _positions(module, tree, source, hits)
     except RecursionError:

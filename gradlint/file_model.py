@@ -144,6 +144,13 @@ class FileModel:
                 merged.update(own.get(ancestor, {}))
             module_class.attributes = merged
 
+    def release(self) -> None:
+        """Forget everything worked out for the file once its findings are made. The walks, the
+        events and this model refer to one another, so the file's whole tree otherwise waits for
+        the cyclic collector: a run over torch's 2,285 files spent 2.4 of 21.5 s in gen-0
+        collections (engine._lint_in_worker) going through those trees."""
+        self.__dict__.clear()
+
     # ----- the statement-level scan (expressions are left to the walks) ---------------------
 
     def _scan(self, statements, owner: _ClassInfo | None, top: bool, in_function: cst.FunctionDef | None = None,
