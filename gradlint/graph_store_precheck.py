@@ -3,7 +3,9 @@
 Both rules report a graph-attached value kept where it outlives the step, and flow.py settles
 both halves inside the one function it walks (or the module's top level), never across them:
 - the target outlives the step only when it is an attribute, a global or closure variable, a
-  parameter (GL103 only) or a local updated inside a training loop; GL104 also needs the new
+  parameter (GL103 only) or a local updated inside a training loop, or the receiver of a method
+  call when it may be an instance of another module's class (flow's KeptElsewhere: that method
+  may keep what it is given, `tracker.record(loss)`); GL104 also needs the new
   value to read its target (`total = total + loss`, or through a local), and neither looks at
   a module's own attributes in its forward (GL102 does);
 - the value is graph-attached only when that function computes it from a module call (a name,
@@ -12,11 +14,16 @@ both halves inside the one function it walks (or the module's top level), never 
   of the file bound at the top level), an nn.Parameter used in an op, a name backward() is
   called on, what a method stored on self read back from such an instance, or what a def of
   the file returns (flow walks it with the call's arguments: here, a def that makes such a
-  value itself or through another, or one given one); another file's function's result never is.
+  value itself or through another, or one given one); another module's def gives a graph only
+  when given one or a module (FileModel.imported_call walks it then: `compute_loss(model, x, y)`),
+  and its class (capitalized) an instance that may be a module or the project's.
 The first pass collects every function's stores and cheap facts; only a function with a store
 that outlives the step and some source of graph-attached values gets its values traced
 (_GraphValues, flow's evaluation widened to "may"). Torch 2.13's own sources: 26 of the 200
-files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through).
+files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through). Of
+the files with either rule's markers, 27 passed and 32 pass since it reads other modules' names
+as flow does (three cross-file findings it dropped: tests/fixtures/projects/gated, which
+test_project checks against a run without prechecks).
 Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
 findings (tests/test_prechecks.py runs the corpus).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
@@ -34,6 +41,7 @@ header's last line (`for b in (data  # epochs\n): total += loss`).
 from __future__ import annotations
 
 import ast
+import sys
 import weakref
 from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
@@ -68,6 +76,7 @@ _AUGMENTED_ATTRIBUTE = "augmented attribute"  # self.total += v, self.buf += [v]
 _CHAINED_NAME = "chained name"  # total = <reads total>
 _CHAINED_ATTRIBUTE = "chained attribute"  # self.h = <reads self.h>
 _SETATTR = "setattr"  # setattr(self, "h", <reads self.h>)
+_METHOD_CALL = "method call"  # tracker.record(v): another module's method may keep v in its receiver
 
 
 # Values flow.py never finds graph-attached: literals, f-strings, comparisons (`self.n += 1`).
@@ -136,6 +145,7 @@ class _Scope:
             return False
         values = _GraphValues(self, facts)
         return any(values.may_hold_graph(value, site.unpacked) and self._reads_own_target(site, values)
+                   and (site.kind != _METHOD_CALL or values.kinds(site.target).foreign)
                    for site in lasting for value in site.values)
 
     def _reads_own_target(self, site: _Site, values: _GraphValues) -> bool:
@@ -152,6 +162,8 @@ class _Scope:
 
     def store_outlives_step(self, site: _Site, facts: _FileFacts) -> bool:
         kind, target, loops = site.kind, site.target, site.loops
+        if kind == _METHOD_CALL:  # flow's KeptElsewhere: the receiver's, which may be anything but a local
+            return self._name_outlives(target.id, loops, param_outlives=True) if isinstance(target, ast.Name) else True
         if kind == _CONTAINER:
             if isinstance(target, ast.Name):
                 return self._name_outlives(target.id, loops, param_outlives=True)
@@ -345,6 +357,7 @@ class _Kinds(NamedTuple):
     graph: bool = False  # graph-attached
     parameter: bool = False  # an nn.Parameter: graph-free itself, graph-attached once used
     instance: bool = False  # an instance of a module class of this file (flow's Val.module_class)
+    foreign: bool = False  # an instance of another module's class: its methods may keep their arguments
 
     def __or__(self, other: _Kinds) -> _Kinds:
         return _Kinds(*(a or b for a, b in zip(self, other)))
@@ -525,8 +538,11 @@ class _GraphValues:
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
         if local_head in self.facts.foreign or ("*" in self.facts.foreign and "." not in name):
-            # A class may be an nn.Module (called, a graph); a def may return what it is given.
-            return found | _Kinds(module=True, tensor=True, graph=passes_graph)
+            # A class may be an nn.Module (called, a graph) or the project's (FileModel.imported_call
+            # tells them by the capital, as Python names classes); a def may return what it is
+            # given, or what a module it is given makes (`compute_loss(model, x, y)`).
+            return found | _Kinds(module=True, tensor=True, graph=passes_graph or arguments.module,
+                                  foreign=name.rsplit(".", 1)[-1][:1].isupper())
         return found
 
     def _own_call(self, name: str, passes_graph: bool, passes_module: bool = False) -> _Kinds:
@@ -850,11 +866,11 @@ class _FileFacts:
                 scope.step_loops.update(map(id, loops))
             elif method == "step" and steps_a_simulator(_dotted(func.value)) and loops:
                 scope.step_loops.add(id(loops[-1]))  # a rollout keeps what it stores per env step too
-            if method in CONTAINER_STORING_METHODS:
-                arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))
-                                  if type(value) not in _NEVER_GRAPH)
-                if arguments:
-                    scope.sites.append(_Site(_CONTAINER, func.value, arguments, loops))
+            arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))
+                              if type(value) not in _NEVER_GRAPH)
+            if arguments:
+                scope.sites.append(_Site(_CONTAINER if method in CONTAINER_STORING_METHODS else _METHOD_CALL,
+                                         func.value, arguments, loops))
         elif isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) >= 3 \
                 and type(node.args[2]) not in _NEVER_GRAPH:
             scope.sites.append(_Site(_SETATTR, node, (node.args[2],), loops))
@@ -964,6 +980,9 @@ class _FileFacts:
 
     def _import(self, node: ast.Import, scope: _Scope, loops) -> None:
         for alias in node.names:
+            if not (alias.name == "torch" or alias.name.startswith("torch.") or
+                    alias.name.partition(".")[0] in sys.stdlib_module_names):
+                self.foreign.add(alias.asname or alias.name.partition(".")[0])  # `import app.losses as L`
             if alias.asname is not None:
                 self.aliases[alias.asname] = alias.name
             else:
