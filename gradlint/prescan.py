@@ -29,22 +29,34 @@ _SKIPPED_FIELDS = frozenset({
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """Direct children that can hold code. Plain attribute reads: libcst's own visitor rebuilds
-    every node it passes and costs about as much as the parse (measured on torch's sources)."""
+    every node it passes and costs about as much as the parse (measured on torch's sources). A
+    list, not a generator: every caller takes all of them, and the 3.4 million calls of a run
+    over torch's sources spent a quarter of their time resuming a generator."""
     fields = _FIELDS.get(type(node))
     if fields is None:
         fields = _FIELDS[type(node)] = tuple(
             f for f in node.__dataclass_fields__ if f not in _SKIPPED_FIELDS and not f.startswith("whitespace"))
+    found: list[cst.CSTNode] = []
+    known = _NODE_TYPES
     for name in fields:
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:
             for item in value:
-                if _is_node(type(item)):
-                    yield item
-        elif _is_node(kind):
-            yield value
+                is_node = known.get(type(item))
+                if is_node is None:
+                    is_node = _is_node(type(item))
+                if is_node:
+                    found.append(item)
+        else:
+            is_node = known.get(kind)
+            if is_node is None:
+                is_node = _is_node(kind)
+            if is_node:
+                found.append(value)
+    return found
 
 
 _NODE_TYPES: dict[type, bool] = {}
