@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from gradlint import deep, parse, prechecks
+from gradlint import deep, parse
 from gradlint.config import Settings
 from gradlint.file_model import FileModel
 from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix
@@ -30,7 +30,7 @@ from gradlint.registry import all_rules
 from gradlint.rule import Hit, Rule
 from gradlint.cache import ResultCache
 from gradlint.prescan import child_nodes
-from gradlint.project import ImportedNames, Project
+from gradlint.project import Project
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines, text_digest
 from gradlint.suppressions import Suppressions, find_suppressions, may_hold_our_codes, unused_findings
 
@@ -225,12 +225,8 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         result.findings.append(tree)
         return result
     # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
-    names = ImportedNames(lambda: _project_for(path), path, tree) if tree is not None else None
-    with prechecks.imported_names(names):
-        rules = _prechecked(rules, tree)
+    rules = _prechecked(rules, tree)
     if not rules:
-        # A precheck's no may rest on what a def of another module does: so does the result.
-        result.depends = names.consulted if names is not None else {}
         if noqa:
             _report_unused(source, path, ruleset, result, find_suppressions(source))
         return result

@@ -5,10 +5,7 @@ both halves inside the one function it walks (or the module's top level), never 
 - the target outlives the step only when it is an attribute, a global or closure variable, a
   parameter (GL103 only) or a local updated inside a training loop, or the receiver of a method
   call when it may be an instance of another module's class (flow's KeptElsewhere: that method
-  may keep what it is given, `tracker.record(loss)`), or the global of another module whose def
-  is called (`remember(loss)`, `utils.remember(loss)`) when the project index says that def
-  stores anything (prechecks.imported_def_stores: the analysis' own prescan of it, which
-  FileModel.call_result asks too); GL104 also needs the new
+  may keep what it is given, `tracker.record(loss)`); GL104 also needs the new
   value to read its target (`total = total + loss`, or through a local), and neither looks at
   a module's own attributes in its forward (GL102 does);
 - the value is graph-attached only when that function computes it from a module call (a name,
@@ -24,9 +21,9 @@ The first pass collects every function's stores and cheap facts; only a function
 that outlives the step and some source of graph-attached values gets its values traced
 (_GraphValues, flow's evaluation widened to "may"). Torch 2.13's own sources: 26 of the 200
 files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through). Of
-the files with either rule's markers, 27 passed and 39 pass since it reads other modules' names
-as flow does (cross-file findings it dropped: tests/fixtures/projects/gated, which test_project
-checks against a run without prechecks).
+the files with either rule's markers, 27 passed and 34 pass since it reads other modules' names
+as flow does (three cross-file findings it dropped: tests/fixtures/projects/gated, which
+test_project checks against a run without prechecks).
 Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
 findings (tests/test_prechecks.py runs the corpus).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
@@ -49,7 +46,7 @@ from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
 from gradlint.torch_api import is_module_base
-from gradlint.prechecks import children, dotted as _dotted, imported_def_stores, training_header, walk
+from gradlint.prechecks import children, dotted as _dotted, training_header, walk
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
@@ -79,7 +76,6 @@ _CHAINED_NAME = "chained name"  # total = <reads total>
 _CHAINED_ATTRIBUTE = "chained attribute"  # self.h = <reads self.h>
 _SETATTR = "setattr"  # setattr(self, "h", <reads self.h>)
 _METHOD_CALL = "method call"  # tracker.record(v): another module's method may keep v in its receiver
-_NAME_CALL = "name call"  # remember(v), utils.remember(v): another module's def may keep v in its global
 
 
 # Values flow.py never finds graph-attached: literals, f-strings, comparisons (`self.n += 1`).
@@ -149,7 +145,6 @@ class _Scope:
         values = _GraphValues(self, facts)
         return any(values.may_hold_graph(value, site.unpacked) and self._reads_own_target(site, values)
                    and (site.kind != _METHOD_CALL or values.kinds(site.target).foreign)
-                   and (site.kind != _NAME_CALL or imported_def_stores(site.target))
                    for site in lasting for value in site.values)
 
     def _reads_own_target(self, site: _Site, values: _GraphValues) -> bool:
@@ -166,8 +161,6 @@ class _Scope:
 
     def store_outlives_step(self, site: _Site, facts: _FileFacts) -> bool:
         kind, target, loops = site.kind, site.target, site.loops
-        if kind == _NAME_CALL:  # that module's global outlives the step; a class is not walked there
-            return not target.rpartition(".")[2][:1].isupper() and facts.is_imported(target.partition(".")[0])
         if kind == _METHOD_CALL:  # flow's KeptElsewhere: the receiver's, which may be anything but a local
             return self._name_outlives(target.id, loops, param_outlives=True) if isinstance(target, ast.Name) else True
         if kind == _CONTAINER:
@@ -689,11 +682,6 @@ class _FileFacts:
         self._owner: _Class | None = None  # the class whose body is being read
         self._children(tree, self.scopes[0], ())
 
-    def is_imported(self, name: str) -> bool:
-        """Whether a name of the file comes from another module than torch (behind a star
-        import, any name no import of the file binds)."""
-        return name in self.foreign or ("*" in self.foreign and name not in self.aliases)
-
     def qualify(self, name: str) -> str:
         """As names.ImportTable.qualify does."""
         head, _, rest = name.partition(".")
@@ -883,14 +871,11 @@ class _FileFacts:
                 scope.step_loops.update(map(id, loops))
             elif method == "step" and steps_a_simulator(_dotted(func.value)) and loops:
                 scope.step_loops.add(id(loops[-1]))  # a rollout keeps what it stores per env step too
-            arguments = _stored_arguments(node)
+            arguments = tuple(value for value in (*node.args, *(keyword.value for keyword in node.keywords))
+                              if type(value) not in _NEVER_GRAPH)
             if arguments:
                 scope.sites.append(_Site(_CONTAINER if method in CONTAINER_STORING_METHODS else _METHOD_CALL,
                                          func.value, arguments, loops))
-                if isinstance(func.value, ast.Name):  # `utils.remember(v)`
-                    scope.sites.append(_Site(_NAME_CALL, f"{func.value.id}.{method}", arguments, loops))
-        elif isinstance(func, ast.Name) and func.id != "setattr" and (arguments := _stored_arguments(node)):
-            scope.sites.append(_Site(_NAME_CALL, func.id, arguments, loops))
         elif isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) >= 3 \
                 and type(node.args[2]) not in _NEVER_GRAPH:
             scope.sites.append(_Site(_SETATTR, node, (node.args[2],), loops))
@@ -1090,12 +1075,6 @@ def _calls_own(call: ast.Call, name: str, self_name: str | None, facts: _FileFac
     if isinstance(func, ast.Name):
         return func.id == name
     return isinstance(func, ast.Attribute) and func.attr == name and _is_own_receiver(func.value, self_name, facts)
-
-
-def _stored_arguments(call: ast.Call) -> tuple[ast.expr, ...]:
-    """The arguments a call may keep: all but literals."""
-    return tuple(value for value in (*call.args, *(keyword.value for keyword in call.keywords))
-                 if type(value) not in _NEVER_GRAPH)
 
 
 def _is_text(node: ast.expr) -> bool:

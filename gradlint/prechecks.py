@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import functools
 from collections import deque
-from contextlib import contextmanager
 import weakref
 from typing import Callable, Iterator, NamedTuple
 
@@ -60,26 +59,6 @@ def _per_tree(question: Callable[[ast.Module], object]):
             last[0], last[1] = weakref.ref(tree), question(tree)
         return last[1]
     return ask
-
-
-# What the defs the file whose prechecks run imports do, as the project index answers
-# (project.ImportedNames): set by the engine around one file's prechecks.
-_imported: list = []
-
-
-@contextmanager
-def imported_names(names) -> Iterator[None]:
-    _imported.append(names)
-    try:
-        yield
-    finally:
-        _imported.pop()
-
-
-def imported_def_stores(name: str) -> bool:
-    """Whether the def a file imports as `name` may keep what it is given past the call
-    (`ImportedNames.def_stores`); asked without an index (a precheck called directly), it may."""
-    return _imported[-1].def_stores(name) if _imported and _imported[-1] is not None else True
 
 
 def _classes(tree: ast.Module) -> Iterator[ast.ClassDef]:

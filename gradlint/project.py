@@ -42,51 +42,6 @@ from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_b
 from gradlint.torch_api import FUNCTION_BASES, is_module_base
 
 
-
-class ImportedNames:
-    """What the defs a checked file imports do, as the project index answers the analysis: the
-    file's imports read from its CPython tree, and the index asked only about a name a precheck
-    needs. What it read, the file's result rests on (`consulted`), as an analysis' result does."""
-
-    def __init__(self, project: Callable[[], "Project"], path: str, tree: ast.Module):
-        self._project = project
-        self._path, self._tree = path, tree
-        self._index: Project | None = None
-        self._stores: dict[str, bool] = {}
-
-    @cached_property
-    def _imports(self) -> Symbols:
-        dotted = module_name_of(self._path)[1]
-        package = dotted if self._path.endswith("__init__.py") else dotted.rpartition(".")[0]
-        return _symbols(self._tree, package, statements_too=False)
-
-    def def_stores(self, name: str) -> bool:
-        """Whether the file's imported `name` (or `alias.attr`) is a def of the project that
-        stores anything past a call, as the analysis decides it (that def's prescan `stores`):
-        FileModel.call_result keeps nothing for the caller of any other (nor of a class, which
-        FileModel.imported_call does not walk, nor of a library's def, which it cannot)."""
-        if name not in self._stores:
-            self._stores[name] = self._def_stores(name)
-        return self._stores[name]
-
-    def _def_stores(self, name: str) -> bool:
-        imports = self._imports
-        head, _, rest = name.partition(".")
-        found = [imports.aliases[head]] if head in imports.aliases else [f"{star}.{head}" for star in imports.stars]
-        if self._index is None and found:
-            self._index = self._project()
-        for qualified in (f"{q}.{rest}" if rest else q for q in found):
-            function = self._index.function(qualified)
-            if function is not None:
-                model, node, _ = function
-                return bool(model.prescan(node).stores)
-        return False
-
-    @property
-    def consulted(self) -> dict[str, Reads]:
-        """The modules read to answer, and what of each (empty when none was asked)."""
-        return dict(self._index.consulted) if self._index is not None else {}
-
 class ModuleModel(Protocol):
     """What the project asks of a module's analysis (FileModel answers). Declared here so the
     project index depends on no model: the engine hands it a function that builds one."""
@@ -101,8 +56,6 @@ class ModuleModel(Protocol):
     def method_of(self, class_name: str, method: str) -> tuple[cst.FunctionDef, object] | None: ...
 
     def class_attribute(self, class_name: str, attribute: str) -> object | None: ...
-
-    def prescan(self, function: cst.FunctionDef) -> object: ...  # its `stores`: may keep past a call
 
 
 # Re-exports through `__init__` files and aliases chain; a longer chain than this is a cycle or
@@ -216,9 +169,7 @@ class Statement:
     line: int = 0  # the `def` or `class` line, below any decorators: the line messages name
 
 
-def _symbols(tree: ast.Module, package: str, statements_too: bool = True) -> Symbols:
-    """The module's top-level names; without `statements_too`, only what its imports bind (its
-    defs and classes are not read: a checked file's imports, for ImportedNames)."""
+def _symbols(tree: ast.Module, package: str) -> Symbols:
     table = ImportTable(package or None)
     statements: dict[str, Statement] = {}
     kept: list[tuple[int, int]] = []
@@ -230,7 +181,7 @@ def _symbols(tree: ast.Module, package: str, statements_too: bool = True) -> Sym
     while stack:
         index, node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if id(node) in top_level and statements_too:
+            if id(node) in top_level:
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                 names = frozenset(n.id for n in walk(node) if isinstance(n, ast.Name))
                 is_class = isinstance(node, ast.ClassDef)

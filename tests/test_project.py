@@ -227,30 +227,6 @@ def _variants(source: str):
             yield f"line {number} made a pass", "".join(lines[:number - 1] + [f"{indent}pass\n"] + lines[number:])
 
 
-def test_a_file_the_precheck_turned_away_is_checked_again_when_an_imported_def_starts_keeping(tmp_path: Path):
-    """The precheck asked the project index whether `show` keeps what it is given (it prints it)
-    and turned the file away; the cached result rests on that answer, so once `show` keeps its
-    argument the file is analysed again."""
-    from gradlint.check import CheckRequest, run_check
-
-    project = tmp_path / "gated"
-    shutil.copytree(PROJECTS / "gated", project)
-    (project / "pyproject.toml").write_text("[tool.gradlint]\n")
-    shown = project / "app" / "shown.py"
-    shown.write_text((project / "app" / "keep_global.py").read_text()
-                     .replace("        remember(loss)  # expect: GL103\n", "")
-                     .replace("        T.remember(loss)  # expect: GL103\n", ""))
-
-    def findings(**options) -> set[tuple[str, int, str]]:
-        outcome = run_check(CheckRequest(paths=[project / "app" / "shown.py"], jobs=1, **options))
-        return {(Path(f.path).name, f.line, f.code) for f in outcome.findings}
-
-    assert findings() == set()
-    tracking = project / "app" / "tracking.py"
-    tracking.write_text(tracking.read_text().replace('print(f"loss {value}")  # keeps nothing', "SEEN.append(value)"))
-    assert findings() == findings(no_cache=True) == {("shown.py", 17, "GL103"), ("shown.py", 18, "GL103")}
-
-
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle", "kernels", "gated"])
 def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: Path, name: str):
     """A cached result outlives an edit of a module it read when the parts it read are unchanged
