@@ -539,9 +539,11 @@ class _GraphValues:
         if local_head in self.facts.foreign or ("*" in self.facts.foreign and "." not in name):
             # A class may be an nn.Module (called, a graph) or the project's (FileModel.imported_call
             # tells them by the capital, as Python names classes); a def may return what it is
-            # given, or what a module it is given makes (`compute_loss(model, x, y)`).
+            # given, or what a module it is given makes (`compute_loss(model, x, y)`), or an
+            # instance of the project's class: imported_call walks it when given a tensor or module.
+            walked = passes_graph or arguments.module or arguments.tensor
             return found | _Kinds(module=True, tensor=True, graph=passes_graph or arguments.module,
-                                  foreign=name.rsplit(".", 1)[-1][:1].isupper())
+                                  foreign=walked or name.rsplit(".", 1)[-1][:1].isupper())
         return found
 
     def _own_call(self, name: str, passes_graph: bool, passes_module: bool = False) -> _Kinds:
