@@ -49,32 +49,21 @@ def test_each_project_gets_exactly_its_expected_findings(name: str):
     assert _found(root, _check(root, cwd=root)) == _expected(root)
 
 
-_FINDINGS_WITHOUT_PRECHECKS = """
-import json, sys
-from pathlib import Path
-from gradlint import engine
-from gradlint.config import Settings
-engine._precheck = lambda rule, tree: True  # every file goes on to the analysis
-ruleset = engine.RuleSet.from_settings(Settings())
-found = []
-for path in sorted(Path(sys.argv[1]).rglob("*.py")):
-    found += [[str(path), f.line, f.code] for f in engine.lint_file(str(path), ruleset, 1 << 20).findings]
-print(json.dumps(found))
-"""
-
-
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels",
                                   "gated"])
-def test_no_precheck_hides_a_finding_that_rests_on_another_file(name: str):
+def test_no_precheck_hides_a_finding_that_rests_on_another_file(name: str, monkeypatch):
     """The prechecks read one file's CPython tree; what an imported name is, only the project
     index knows. Each project's findings with every precheck answering yes (the analysis alone
     decides) are the findings of a plain run: `gated` holds the three a precheck used to drop."""
+    from gradlint import engine
+    from gradlint.check import CheckRequest, run_check
+
     root = PROJECTS / name
-    proc = subprocess.run([sys.executable, "-c", _FINDINGS_WITHOUT_PRECHECKS, str(root)],
-                          cwd=root, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    alone = {(Path(f).resolve().relative_to(root.resolve()).as_posix(), line, code)
-             for f, line, code in json.loads(proc.stdout) if code != "GL000"}
+    monkeypatch.setattr(engine, "_precheck", lambda rule, tree: True)
+    outcome = run_check(CheckRequest(paths=[root], jobs=1, no_cache=True, isolated=True))
+    alone = {(Path(f.path).resolve().relative_to(root.resolve()).as_posix(), f.line, f.code)
+             for f in outcome.findings if f.code != "GL000"}
+    monkeypatch.undo()
     assert _found(root, _check(root, cwd=root)) == alone
 
 
