@@ -229,6 +229,17 @@ class FileModel:
             return None
         return self.project.class_facts(qualified)
 
+    def _project_instance(self, qualified: str | None) -> Val | None:
+        """An instance of the plain class `qualified` of another project module (`meter:
+        AverageMeter`, a module-level `meter = AverageMeter()`): its methods are walked there, as
+        for `Meter()` (imported_call). None for anything else. Not a module class: its call would
+        then count as graph-attached, which a module without parameters does not give (monai's
+        AnchorGenerator read by its annotation: one false alarm on the corpus, measured)."""
+        if not qualified or qualified in self.module_names or not qualified.rpartition(".")[2][:1].isupper():
+            return None
+        found = self.imported_call(qualified, [])
+        return found if found is not None and found.project_class is not None else None
+
     def imported_call(self, qualified: str, args: list[tuple[cst.Arg, Val]],
                       kept: list | None = None) -> Val | None:
         """What calling a class or def of another project module gives: an instance of its
@@ -725,6 +736,9 @@ class FileModel:
             return Val(Kind.MODULE, module_class=self._instances[name])
         if self._instances.get(name) in self._plain_class_names:  # `meter = Meter()`: its methods are walked
             return Val(module_class=self._instances[name])
+        instance = self._project_instance(self.imports.aliases.get(self._instances.get(name, "")))
+        if instance is not None:  # `meter = AverageMeter()` with the class from utils/meters.py
+            return instance
         if looks_like_module(name) and not self._names_a_def(name):
             return Val(Kind.MODULE)
         return UNKNOWN
@@ -1441,6 +1455,9 @@ class FileModel:
             return Val(Kind.MODULE, module_class=annotated)
         if annotated is not None and (annotated.rsplit(".", 1)[-1] == "Module" or api.is_nn_module_class(annotated)):
             return Val(Kind.MODULE)
+        instance = self._project_instance(annotated)
+        if instance is not None:  # `meter: AverageMeter`, the class from another module
+            return instance
         scan = self.prescan(function)
         if name in scan.frozen:
             return UNKNOWN  # `teacher.requires_grad_(False)`: calling it keeps no graph of its own

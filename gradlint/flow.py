@@ -1046,7 +1046,9 @@ class Walker:
             known = self.role.self_attributes.get(attr)
             # What __init__ put there, unless that is unknown (`self.teacher = eval(name)(cfg)`,
             # `self.model = model`): then the name is the evidence, as for one __init__ never sets.
-            if known is not None and (known.kind is not Kind.UNKNOWN or known.holds_graph()):
+            # An instance of a plain class (`self.meter = AverageMeter()`) is known by its class.
+            if known is not None and (known.kind is not Kind.UNKNOWN or known.holds_graph()
+                                      or known.project_class is not None or known.module_class is not None):
                 return known.with_(reads=frozenset(reads))
         if base.kind is Kind.UNKNOWN and base.graph and not attr.startswith("_"):
             if attr in api.DISTRIBUTION_DESCRIPTIONS:
