@@ -116,6 +116,7 @@ class FileModel:
         self._prescans: dict[int, Prescan] = {}
         self._within: dict[int, cst.CSTNode] = {}  # a def's id -> the top-level statement holding it
         self._instances: dict[str, str] = {}  # module-level `model = Net(...)`: name -> class called
+        self._instance_of: dict[str, str | None] = {}  # the same, with the callee as written (dotted)
         self._graph_attributes: set[tuple[str, str]] | None = None
         self._call_results: dict[tuple, tuple[Val, tuple[ContainerAdd, ...], tuple[Walk, ...]]] = {}
         self._call_walks: list[Walk] = []  # see call_result
@@ -208,6 +209,10 @@ class FileModel:
                         self._module_values[target.value] = self._module_level_value(small.value)
                         if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
                             self._instances[target.value] = small.value.func.value
+                        if isinstance(small.value, cst.Call):  # `meter = utils.AverageMeter()` too
+                            self._instance_of[target.value] = dotted(small.value.func)
+                        else:
+                            self._instance_of.pop(target.value, None)
                         # The last binding decides: `fast = torch.compile(step)` then `fast = other`.
                         compiled = _compiled_def(small.value, self.imports)
                         if compiled is not None:
@@ -736,7 +741,8 @@ class FileModel:
             return Val(Kind.MODULE, module_class=self._instances[name])
         if self._instances.get(name) in self._plain_class_names:  # `meter = Meter()`: its methods are walked
             return Val(module_class=self._instances[name])
-        instance = self._project_instance(self.imports.aliases.get(self._instances.get(name, "")))
+        called = self._instance_of.get(name)
+        instance = self._project_instance(self.imports.qualify_dotted(called)) if called else None
         if instance is not None:  # `meter = AverageMeter()` with the class from utils/meters.py
             return instance
         if looks_like_module(name) and not self._names_a_def(name):
@@ -1477,7 +1483,7 @@ class FileModel:
                 and isinstance(node.right, cst.Name) and node.right.value == "None":
             node = node.left
         if isinstance(node, cst.SimpleString):  # "Net": a forward reference
-            return str(node.evaluated_value)
+            return self.imports.qualify_dotted(str(node.evaluated_value))
         if isinstance(node, (cst.Name, cst.Attribute)):
             return self.imports.qualify(node)
         return None

@@ -86,8 +86,10 @@ class ImportTable:
         """The dotted name `node` stands for once imports are applied (`th.nn.Module` ->
         `torch.nn.Module`). Names that are not imports come back unchanged."""
         name = dotted(node)
-        if name is None:
-            return None
+        return None if name is None else self.qualify_dotted(name)
+
+    def qualify_dotted(self, name: str) -> str:
+        """`qualify` for a dotted name written as text (a string annotation, `"meters.Meter"`)."""
         head, _, rest = name.partition(".")
         full = self.aliases.get(head, head)
         return f"{full}.{rest}" if rest else full
