@@ -5,7 +5,8 @@ both halves inside the one function it walks (or the module's top level), never 
 - the target outlives the step only when it is an attribute, a global or closure variable, a
   parameter (GL103 only) or a local updated inside a training loop, or the receiver of a method
   call when it may be an instance of another module's class (flow's KeptElsewhere: that method
-  may keep what it is given, `tracker.record(loss)`); GL104 also needs the new
+  may keep what it is given, `tracker.record(loss)`; the instance made in the function, put on
+  self by __init__, or bound at the module's top level, `TRACKER = utils.Tracker()`); GL104 also needs the new
   value to read its target (`total = total + loss`, or through a local), and neither looks at
   a module's own attributes in its forward (GL102 does);
 - the value is graph-attached only when that function computes it from a module call (a name,
@@ -23,9 +24,12 @@ that outlives the step and some source of graph-attached values gets its values 
 files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through). Of
 the files with either rule's markers, 27 passed and 34 pass since it reads other modules' names
 as flow does (three cross-file findings it dropped: tests/fixtures/projects/gated, which
-test_project checks against a run without prechecks).
+test_project checks against a run without prechecks). bench/crossfile_fuzz.py generates 192
+two-module projects (a loop, and what it keeps its loss with in another module) and lints each
+both ways: the one difference left is a def keeping its argument in its own module's global
+(`remember(loss)`), whose cost that bench's docstring gives.
 Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
-findings (tests/test_prechecks.py runs the corpus).
+findings (tests/test_prechecks.py runs the corpus and that bench).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
 process, CPU time): with this precheck 42 s and 98 files analysed; with only the first pass (some
 store outlives the step) 79 s and 222 files; with that and may_make_graph 63 s and 158 files; the
@@ -418,6 +422,8 @@ class _GraphValues:
         kind = type(e)
         if kind is ast.Name:
             held = self.held.get(e.id, _NOTHING)
+            if e.id in self.facts.foreign_instances:
+                held = held._replace(foreign=True)
             if e.id in self.facts.module_instances:
                 return held._replace(module=True, instance=True)
             return held._replace(module=True) if _module_like(e.id) or e.id in self.module_uses else held
@@ -811,6 +817,19 @@ class _FileFacts:
         return {name for name, called in self._top_level_calls.items() if called & self.module_class_names}
 
     @cached_property
+    def foreign_instances(self) -> set[str]:
+        """Top-level names bound to a call of another module's class (`METER = utils.Meter()`):
+        flow's global_value gives them the project's class, whose methods may keep their arguments."""
+        return {name for name, called in self._top_level_calls.items() if any(map(self.names_foreign_class, called))}
+
+    def names_foreign_class(self, name: str) -> bool:
+        """Whether a dotted name as written may be a class of another module: imported (or
+        star-imported), and capitalized as Python names classes (FileModel._project_instance)."""
+        head = name.partition(".")[0]
+        return name.rsplit(".", 1)[-1][:1].isupper() and (
+            head in self.foreign or ("*" in self.foreign and "." not in name))
+
+    @cached_property
     def module_class_names(self) -> set[str]:
         """As FileModel._classify decides, by name: a class whose bases reach nn.Module (or
         Lightning's) in this file, unless they also reach an autograd Function."""
@@ -904,8 +923,8 @@ class _FileFacts:
             for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
                 self._store(target, node.value, scope, loops)
                 if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
-                        and isinstance(node.value.func, ast.Name):
-                    self._top_level_calls.setdefault(target.id, set()).add(node.value.func.id)
+                        and _dotted(node.value.func) is not None:  # `Net()`, `utils.Meter()`
+                    self._top_level_calls.setdefault(target.id, set()).add(_dotted(node.value.func))
         self._children(node, scope, loops)
 
     def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:
