@@ -99,12 +99,14 @@ IMPORTS = {
 KEEPS = {
     "def appends to its global": (("remember",), "{remember}(loss)", True),
     "def adds into its global": (("add_total",), "{add_total}(loss)", True),
+    "loop appends to the other module's list": (("SEEN",), "{SEEN}.append(loss)", True),
     "meter adds into its own total": (("Meter",), "{holder}.update(loss)", True),
     "history appends to its own list": (("History",), "{holder}.record(loss)", True),
     "meter converts with float()": (("Converting",), "{holder}.update(loss)", False),
     "total of an imported def's result": (("loss_of",), "total += {loss_of}(model, x)", True),
     "list of an imported def's number": (("plain_number",), "kept.append({plain_number}(model, x))", False),
 }
+CLASSES = frozenset({"Meter", "History", "Converting"})
 # Where an instance of a helper class lives (only for the keeps that call a method on one).
 HOLDERS = ("local before the loop", "self attribute from __init__", "module-level instance",
            "parameter annotated with the class")
@@ -121,7 +123,7 @@ def _project(pkg: str, imports: str, keep: str, holder: str | None, source: str,
     line, spelled = IMPORTS[imports]
     written = {name: spelled.format(name=name) for name in used}
     head = [line.format(pkg=pkg, names=", ".join(sorted(used)))]
-    cls = next((n for n in names if n[:1].isupper()), None)
+    cls = next((n for n in names if n in CLASSES), None)
     made = f"{written[cls]}()" if cls else ""
     params = "model, optimizer, loader"
     before: list[str] = ["total = 0", "kept = []"]
@@ -161,7 +163,7 @@ def _project(pkg: str, imports: str, keep: str, holder: str | None, source: str,
 def _combinations():
     for imports in IMPORTS:
         for keep, (names, _, _) in KEEPS.items():
-            holders = HOLDERS if any(n[:1].isupper() for n in names) else (None,)
+            holders = HOLDERS if any(n in CLASSES for n in names) else (None,)
             for holder in holders:
                 for source in SOURCES:
                     for keep_first in (False, True):

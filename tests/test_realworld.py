@@ -80,7 +80,8 @@ def test_calls_on_held_instances_of_project_classes_stay_quiet_where_labelled_ne
     with the class) and `g.m(v)` (g a module-level instance) on an instance of another module's
     class, in the corpus files with GL103/GL104's markers, labelled by reading (120 sites, 119
     negative: the method converts, detaches, or is given no graph). The analysis follows such
-    calls into the other module (flow's KeptElsewhere); none of these may turn into a finding.
+    calls on `self.x` and on a module-level instance into the other module (flow's KeptElsewhere);
+    none of these may turn into a finding.
     Only these statements are labelled, so only findings on them count."""
     labels = corpus.read_labels(Path(__file__).parent / "realworld" / "sites" / "held_instances.csv")
     files = corpus.check(labels, corpus.load_packages())
