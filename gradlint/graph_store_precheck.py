@@ -24,7 +24,7 @@ that outlives the step and some source of graph-attached values gets its values 
 files with GL103's markers pass it (2026-12-04; it has been widened since it let 1 through). Of
 the files with either rule's markers, 27 passed and 34 pass since it reads other modules' names
 as flow does (three cross-file findings it dropped: tests/fixtures/projects/gated, which
-test_project checks against a run without prechecks). bench/crossfile_fuzz.py generates 204
+test_project checks against a run without prechecks). bench/crossfile_fuzz.py generates 570
 two-module projects (a loop, and what it keeps its loss with in another module) and lints each
 both ways: the one difference left is a def keeping its argument in its own module's global
 (`remember(loss)`), whose cost that bench's docstring gives.
