@@ -239,7 +239,8 @@ class FileModel:
         `meter = AverageMeter()`): its methods are walked there, as for `Meter()` in a function
         (imported_call). None for anything else. Not a module class: its call would then count as
         graph-attached, which a module without parameters does not give (monai's AnchorGenerator,
-        read by its annotation: one false alarm on the corpus, measured).
+        taken as a module from its annotation while annotations were read so: one false alarm on
+        the corpus, measured).
         A parameter annotated with such a class is not one: GL103/GL104's precheck would have to
         let through every file calling a method of a parameter annotated with any imported class
         (603 of the corpus' 1,688 files with the rules' markers against 514), and the corpus holds

@@ -6,9 +6,9 @@ both halves inside the one function it walks (or the module's top level), never 
   parameter (GL103 only) or a local updated inside a training loop, or the receiver of a method
   call when it may be an instance of another module's class (flow's KeptElsewhere: that method
   may keep what it is given, `tracker.record(loss)`; the instance made in the function, put on
-  self by __init__, or bound at the module's top level, `TRACKER = utils.Tracker()`); GL104 also needs the new
-  value to read its target (`total = total + loss`, or through a local), and neither looks at
-  a module's own attributes in its forward (GL102 does);
+  self by __init__, or bound at the module's top level, `TRACKER = utils.Tracker()`); GL104
+  also needs the new value to read its target (`total = total + loss`, or through a local), and
+  neither looks at a module's own attributes in its forward (GL102 does);
 - the value is graph-attached only when that function computes it from a module call (a name,
   attribute or parameter named like a module, a torch.nn class, a module class of the file, or
   in a module class's method what its __init__ put on self, or an instance of a module class

@@ -89,7 +89,7 @@ class ImportTable:
         return None if name is None else self.qualify_dotted(name)
 
     def qualify_dotted(self, name: str) -> str:
-        """`qualify` for a dotted name written as text (a string annotation, `"meters.Meter"`)."""
+        """`qualify` for a dotted name kept as text (the callee of a module-level `m = utils.Meter()`)."""
         head, _, rest = name.partition(".")
         full = self.aliases.get(head, head)
         return f"{full}.{rest}" if rest else full

@@ -76,13 +76,13 @@ def test_precision_per_family_and_recall_hold_their_floors(labelled, findings):
 
 
 def test_calls_on_held_instances_of_project_classes_stay_quiet_where_labelled_negative(labelled):
-    """tests/realworld/sites/held_instances.csv: every call `self.x.m(v)`, `p.m(v)` (p annotated
-    with the class) and `g.m(v)` (g a module-level instance) on an instance of another module's
-    class, in the corpus files with GL103/GL104's markers, labelled by reading (120 sites, 119
-    negative: the method converts, detaches, or is given no graph). The analysis follows such
-    calls on `self.x` and on a module-level instance into the other module (flow's KeptElsewhere);
-    none of these may turn into a finding.
-    Only these statements are labelled, so only findings on them count."""
+    """tests/realworld/sites/held_instances.csv: every call `self.x.m(v)` (x set in __init__) and
+    `p.m(v)` (p annotated with the class) on an instance of another module's class, in the corpus
+    files with GL103/GL104's markers (a module-level instance `g.m(v)` was looked for too: none),
+    labelled by reading (120 sites, 119 negative: the method converts, detaches, is given no graph
+    or runs outside the step). The analysis follows the calls on `self.x` into the other module
+    (flow's KeptElsewhere); none of these may turn into a finding. Only these statements are
+    labelled, so only findings on them count."""
     labels = corpus.read_labels(Path(__file__).parent / "realworld" / "sites" / "held_instances.csv")
     files = corpus.check(labels, corpus.load_packages())
     result = corpus.score(labels, corpus.run_gradlint(files), borderline=True, rules=corpus.default_rules())
