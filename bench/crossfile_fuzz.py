@@ -18,12 +18,16 @@ where the loss comes from (a module call, an imported def given the model, an in
 imported nn.Module class). A second family is GL102's: an nn.Module whose forward (or a method
 it calls) keeps its output on self or in a global, with the graph coming from another module (a
 module class built in __init__, a layer an imported base class builds, an imported def applying
-a layer, a factory's module). Each combination is a project of two modules in a temporary folder.
-On 2026-12-05 the analysis alone reported in 444 of the 720 (a graph is kept, by construction, in
-540). The rest, gaps of the analysis, not of the gates: a parameter annotated with the class (not
-followed: FileModel._project_instance says why), the other module's list or dict reached through
-a star import, and a layer built in an imported base class's __init__ (24: what another module's
-__init__ puts on self is not read; FileModel.imported_inherited_method says what reading it cost).
+a layer, a factory's module). A third is GL101's: an autograd Function whose forward (or
+setup_context) hands ctx and a tensor to a helper of another module that keeps it on ctx (or only
+its size). Each combination is a project of two modules in a temporary folder.
+On 2026-12-05 the analysis alone reported in 462 of the 765 (a graph or tensor is kept, by
+construction, in 576). The rest, gaps of the analysis, not of the gates: a parameter annotated
+with the class (not followed: FileModel._project_instance says why), the other module's list or
+dict reached through a star import, a layer built in an imported base class's __init__ (24:
+what another module's __init__ puts on self is not read; FileModel.imported_inherited_method says
+what reading it cost), and a ctx helper that sets ctx through a second helper of its module or
+is a staticmethod of an imported class (18).
 
 It prints how many projects each side reported on, and every project where the two differ, by
 the combination, with the finding the precheck turned away. Exit status 1 when any differ, except
@@ -40,6 +44,7 @@ the analysis alone does not make cannot happen (a gate only removes rules) and i
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import shutil
 import sys
@@ -278,6 +283,60 @@ def _module_combinations():
                     yield imports, graph, keep, through_method
 
 
+# The third family, GL101's: an autograd Function whose forward (or setup_context) hands ctx and
+# a tensor to a helper of another module, which keeps the tensor on ctx (or only its size).
+CTX_HELPERS = '''\
+def stash(ctx, x):
+    ctx.x = x
+
+
+def stash_attr(ctx, x, name):
+    setattr(ctx, name, x)
+
+
+def stash_size(ctx, x):
+    ctx.size = x.shape[0]
+
+
+def stash_through(ctx, x):
+    stash(ctx, x)
+
+
+class Saver:
+    @staticmethod
+    def keep(ctx, x):
+        ctx.kept = x
+'''
+# The helper call: (helper names, the call, keeps a tensor on ctx).
+CTX_STORES = {
+    "a helper sets ctx.x": (("stash",), "{stash}(ctx, torch.exp(x))", True),
+    "a helper calls setattr(ctx, ...)": (("stash_attr",), "{stash_attr}(ctx, torch.exp(x), 'x')", True),
+    "a helper keeps only a size": (("stash_size",), "{stash_size}(ctx, torch.exp(x))", False),
+    "a helper calls the helper that sets it": (("stash_through",), "{stash_through}(ctx, torch.exp(x))", True),
+    "a static method of an imported class sets it": (("Saver",), "{Saver}.keep(ctx, torch.exp(x))", True),
+}
+CTX_FORMS = {
+    "forward": ("torch.autograd.Function", "    def forward(ctx, x):\n        {call}\n        return x * 2\n"),
+    "forward of a from-imported Function": (
+        "Function", "    def forward(ctx, x):\n        {call}\n        return x * 2\n"),
+    "setup_context": ("torch.autograd.Function", "    def forward(x):\n        return x * 2\n\n    @staticmethod\n"
+                      "    def setup_context(ctx, inputs, output):\n        x, = inputs\n        {call}\n"),
+}
+
+
+def _ctx_project(pkg: str, imports: str, store: str, form: str) -> str:
+    """The ops module's text for one combination of the GL101 family."""
+    names, call, _ = CTX_STORES[store]
+    line, spelled, _ = IMPORTS[imports]
+    written = {name: spelled.format(name=name).replace("utils", "helpers") for name in names}
+    base, methods = CTX_FORMS[form]
+    return "\n".join(["import torch", "from torch.autograd import Function",
+                      line.replace("utils", "helpers").format(pkg=pkg, names=", ".join(names)), "", "",
+                      f"class Op({base}):", "    @staticmethod",
+                      methods.format(call=call.format(**written)).rstrip("\n"), "",
+                      "    @staticmethod", "    def backward(ctx, g):", "        return g * 2"]) + "\n"
+
+
 def _findings(root: Path, open_gates: bool) -> set[tuple[str, int, str]]:
     request = CheckRequest(paths=[root], jobs=1, no_cache=True, isolated=True)
     if open_gates:
@@ -301,6 +360,10 @@ def _projects():
         yield where, keep, {"__init__.py": "", "layers.py": LAYERS}, \
             lambda pkg, c=(imports, graph, keep, through_method): {"model.py": _module_project(pkg, *c)}, \
             MODULE_KEEPS[keep][1]
+    for imports, store, form in itertools.product(("from-import", "package attribute", "module alias"),
+                                                  CTX_STORES, CTX_FORMS):
+        yield f"{imports}; {store}; in {form}", store, {"__init__.py": "", "helpers.py": CTX_HELPERS}, \
+            lambda pkg, c=(imports, store, form): {"ops.py": _ctx_project(pkg, *c)}, CTX_STORES[store][2]
 
 
 def main() -> int:
@@ -335,7 +398,7 @@ def main() -> int:
                         (args.keep / f"project{index}_{name}").write_text(text)
             shutil.rmtree(root)
     print(f"{len(projects)} projects: findings with the gates in {gated_on}, with every precheck open in {open_on} "
-          f"(a graph is kept, by construction, in {expected_on})")
+          f"(a graph or tensor is kept, by construction, in {expected_on})")
     failed = False
     for where, keep, hidden, extra in differ:
         known = keep in args.known and not extra

@@ -25,9 +25,9 @@ files with GL103's markers pass it (2026-12-04; it has been widened since it let
 the files with either rule's markers, 27 passed and 34 pass since it reads other modules' names
 as flow does (three cross-file findings it dropped: tests/fixtures/projects/gated, which
 test_project checks against a run without prechecks). bench/crossfile_fuzz.py generates 570
-two-module projects (a loop, and what it keeps its loss with in another module; 150 more for
-GL102) and lints each both ways: the one difference left is a def keeping its argument in its
-own module's global (`remember(loss)`), whose cost that bench's docstring gives.
+two-module projects (a loop, and what it keeps its loss with in another module; 195 more for
+GL102 and GL101) and lints each both ways: the one difference left is a def keeping its argument
+in its own module's global (`remember(loss)`), whose cost that bench's docstring gives.
 Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
 findings (tests/test_prechecks.py runs the corpus and that bench).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
