@@ -317,15 +317,20 @@ class FileModel:
         to ask about it and its place for messages: (model, def, `ops/clamp.py:4`), or None. What
         is asked inside the `with` is read on that module's behalf (a cached result rests on it),
         one call deeper. `holding`: see Project.function."""
-        found = None
+        found = where = None
         if qualified is not None and self.project is not None \
                 and self.project.calls_under_way < self.IMPORTED_CALL_DEPTH:
             found = self.project.function(qualified, holding)
+            if found is None and "." in qualified:  # `Saver.keep(ctx, x)`: a staticmethod is a def too
+                owner, _, name = qualified.rpartition(".")
+                method = self.project.method(owner, name)
+                if method is not None and _is_static(method[1]):
+                    found, where = (method[0], method[1], method[3]), self.project.method_line(owner, name)
         if found is None:
             yield None
             return
         model, function, module = found
-        where = self.project.where_defined(qualified) or qualified
+        where = where or self.project.where_defined(qualified) or qualified
         self.project.calls_under_way += 1
         try:
             with self.project.asking(module):

@@ -1138,7 +1138,7 @@ class Walker:
                 return returned
             if _DETACHING_NAME.search(func.value):  # an imported repackage_hidden / detach_state
                 return DETACHED
-        if name is not None and self.role.ctx_name is not None and any(v.kind is Kind.CTX for _, v in args):
+        if name is not None and any(v.kind is Kind.CTX for _, v in args):  # ctx: see _follow
             self._follow_imported(name, e, args)
 
         if name is not None:
@@ -1499,11 +1499,14 @@ class Walker:
     def _follow(self, function: cst.FunctionDef, call: cst.Call, args) -> None:
         """Walk a helper or closure that receives ctx, with its parameters bound to the
         arguments, so what it stores on ctx is seen (`_stash(ctx, out)`)."""
-        if self.depth >= self.MAX_CALL_DEPTH or self.role.ctx_name is None:
+        if self.depth >= self.MAX_CALL_DEPTH:
             return
         passes_ctx = any(v.kind is Kind.CTX for _, v in args)
         is_closure = function.name.value in self.nested_defs
-        if not passes_ctx and not is_closure:
+        # A helper given ctx is followed from any walk: ctx is only ever a value in a Function's
+        # walks and the helpers they reach, and a helper of another module walked for its ctx
+        # stores (FileModel.imported_ctx_stores) may hand ctx on to a helper of its own module.
+        if not passes_ctx and not (is_closure and self.role.ctx_name is not None):
             return
         bound = helper_arguments(function, args, self.model.prescan(function).tensor_uses)
         child = Walker(self.walk, function, depth=self.depth + 1,

@@ -637,7 +637,10 @@ class Cube(torch.autograd.Function):
         index)`), naming that def's place and each attribute: the call is the line to change."""
         first = stores[0][0]
         callee, at = first.through
-        attributes = ", ".join(dict.fromkeys(f"{s.ctx}.{s.attribute}" for s, _ in stores))
+
+        def named(chosen) -> str:
+            return ", ".join(dict.fromkeys(f"{s.ctx}.{s.attribute}" for s in chosen))
+
         kinds = {s.kind for s, _ in stores}
         if VIEW in kinds:
             what, why = "a view of the output", "a cycle never freed"
@@ -647,10 +650,20 @@ class Cube(torch.autograd.Function):
                 ("the output", "a cycle only gc frees")
         else:
             what, why = "tensors", "alive after backward"
+        # The output's attributes first; inputs and intermediates a helper keeps beside it (`stash_all(ctx,
+        # src, index, out)`) are named apart, so "the output" names only what holds it.
+        cycle = [s for s, _ in stores if s.kind in (VIEW, OUTPUT, CONTAINER)]
+        plain = [s for s, _ in stores if s.kind not in (VIEW, OUTPUT, CONTAINER)]
         place = f" ({at})" if at else ""
+
+        def message(beside: str) -> str:
+            return f"{callee}(){place} keeps {what} on {named(cycle or plain)}{beside}: {why}; use save_for_backward"
+
+        text = message(f" and tensors on {named(plain)}" if cycle and plain else "")
+        if len(text) > 120 and cycle and plain:  # one line: the other attributes only counted
+            text = message(f" and {len({(s.ctx, s.attribute) for s in plain})} more tensors")
         severity = Severity.ERROR if any(sev is Severity.ERROR for _, sev in stores) else Severity.WARNING
-        return Hit(first.node, f"{callee}(){place} keeps {what} on {attributes}: {why}; use save_for_backward",
-                   severity, f"{first.function}.ctx.{first.attribute}")
+        return Hit(first.node, text, severity, f"{first.function}.ctx.{first.attribute}")
 
     def _stores(self, model: FileModel, through: dict[int, list]) -> Iterator[Hit]:
         for store in tensors_kept_on_ctx(model):

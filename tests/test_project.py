@@ -133,6 +133,10 @@ def test_findings_that_rest_on_another_file_name_it():
     assert messages[("ctx_helper", "scatter.py", 9)].startswith(
         "stash_inputs() (helpers.py:4) keeps tensors on ctx.src, ctx.index")
     assert messages[("ctx_helper", "scatter.py", 23)].startswith("stash_output() (helpers.py:9) keeps the output on ctx.out")
+    assert messages[("ctx_helper", "nested.py", 11)].startswith(
+        "stash_all() (helpers.py:22) keeps the output on ctx.out and 2 more tensors: a cycle only gc frees")
+    assert messages[("ctx_helper", "nested.py", 24)].startswith(
+        "helpers.Stash.output() (helpers.py:31) keeps the output on ctx.out")
     assert messages[("inherits", "lit_train.py", 18)].startswith(
         "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
     assert messages[("kernels", "norm.py", 17)].startswith(
@@ -147,6 +151,7 @@ def test_findings_that_rest_on_another_file_name_it():
     for path, line in (("meters/app/utils/meters.py", 11), ("meters/app/utils/meters.py", 24),
                        ("meters/app/utils/meters.py", 28), ("meters/app/utils/losses.py", 4),
                        ("ctx_helper/ops/helpers.py", 4), ("ctx_helper/ops/helpers.py", 9),
+                       ("ctx_helper/ops/helpers.py", 22), ("ctx_helper/ops/helpers.py", 31),
                        ("trainer/pkg/losses.py", 8), ("inherits/models/regressor.py", 13),
                        ("kernels/ops/triton_kernels.py", 7), ("kernels/ops/helpers.py", 5),
                        ("kernels/ops/helpers.py", 15), ("kernels/ops/segment.py", 5)):
