@@ -33,13 +33,13 @@ FileModel.imported_function followed them.
 It prints how many projects each side reported on, and every project where the two differ, by
 the combination, with the finding the precheck turned away. Exit status 1 when any differ, except
 for the keeps named with --known (a hole measured and left: still listed, marked known); with
---keep, each such project's loop module is written there.
+--keep, each such project's checked module is written there. A finding the gates let through
+that the analysis alone does not make cannot happen (a gate only removes rules) and is listed too.
 
 Known (2026-12-05): a def of another module that keeps what it is given in its own module's
 global (`remember(loss)`, `utils.remember(loss)`). Letting through every call of an imported
 lowercase name with a may-be-graph argument would take torch's files with GL103/GL104's markers
-passing the precheck from 34 to 51, and the corpus' from 515 to 922 of 1,688 (measured). A finding the gates let through that
-the analysis alone does not make cannot happen (a gate only removes rules) and is listed too.
+passing the precheck from 34 to 51, and the corpus' from 515 to 922 of 1,688 (measured).
 """
 
 from __future__ import annotations
