@@ -121,12 +121,19 @@ class Scale(nn.Module):
 # How the loop module reaches the helpers: the import line, how a helper name is written, and
 # the package's __init__.py.
 IMPORTS = {
-    "from-import": ("from {pkg}.utils import {names}", "{name}", ""),
-    "package attribute": ("from {pkg} import utils", "utils.{name}", ""),
-    "module alias": ("import {pkg}.utils as U", "U.{name}", ""),
-    "star import": ("from {pkg}.utils import *", "{name}", ""),
+    "from-import": ("from {pkg}.{module} import {names}", "{name}", ""),
+    "package attribute": ("from {pkg} import {module}", "{module}.{name}", ""),
+    "module alias": ("import {pkg}.{module} as U", "U.{name}", ""),
+    "star import": ("from {pkg}.{module} import *", "{name}", ""),
     "re-exported by the package": ("from {pkg} import {names}", "{name}", "from .utils import *\n"),
 }
+
+
+def _imported(pkg: str, imports: str, module: str, names) -> tuple[str, dict[str, str]]:
+    """The import line that brings `names` of `pkg.module` in, and how each is then written."""
+    line, spelled, _ = IMPORTS[imports]
+    written = {name: spelled.format(module=module, name=name) for name in names}
+    return line.format(pkg=pkg, module=module, names=", ".join(sorted(names))), written
 # What the loop does with its loss, through a helper: (helper names, statement, keeps a graph).
 KEEPS = {
     "def appends to its global": (("remember",), "{remember}(loss)", True),
@@ -156,10 +163,8 @@ def _project(pkg: str, imports: str, keep: str, holder: str | None, source: str,
     """The loop module's text for one combination."""
     names, statement, _ = KEEPS[keep]
     source_names, source_before, source_line = SOURCES[source]
-    used = set(names) | set(source_names)
-    line, spelled, _ = IMPORTS[imports]
-    written = {name: spelled.format(name=name) for name in used}
-    head = [line.format(pkg=pkg, names=", ".join(sorted(used)))]
+    line, written = _imported(pkg, imports, "utils", set(names) | set(source_names))
+    head = [line]
     cls = next((n for n in names if n in CLASSES), None)
     made = f"{written[cls]}()" if cls else ""
     params = "model, optimizer, loader"
@@ -260,10 +265,8 @@ MODULE_KEEPS = {
 def _module_project(pkg: str, imports: str, graph: str, keep: str, through_method: bool) -> str:
     """The model module's text for one combination of the GL102 family."""
     names, init, base, value = GRAPHS[graph]
-    line, spelled, _ = IMPORTS[imports]
-    written = {name: spelled.format(name=name).replace("utils", "layers") for name in names}
-    head = ["import torch", "from torch import nn",
-            line.replace("utils", "layers").format(pkg=pkg, names=", ".join(names)), "", "LAST = None", "", ""]
+    line, written = _imported(pkg, imports, "layers", names)
+    head = ["import torch", "from torch import nn", line, "", "LAST = None", "", ""]
     text = [*head, f"class Net({base.format(**written)}):", "    def __init__(self):", "        super().__init__()",
             *(f"        {statement.format(**written)}" for statement in init),
             "        self.history = []", "        self.ema = torch.zeros(())", "        self.cache = None", ""]
@@ -328,11 +331,9 @@ CTX_FORMS = {
 def _ctx_project(pkg: str, imports: str, store: str, form: str) -> str:
     """The ops module's text for one combination of the GL101 family."""
     names, call, _ = CTX_STORES[store]
-    line, spelled, _ = IMPORTS[imports]
-    written = {name: spelled.format(name=name).replace("utils", "helpers") for name in names}
+    line, written = _imported(pkg, imports, "helpers", names)
     base, methods = CTX_FORMS[form]
-    return "\n".join(["import torch", "from torch.autograd import Function",
-                      line.replace("utils", "helpers").format(pkg=pkg, names=", ".join(names)), "", "",
+    return "\n".join(["import torch", "from torch.autograd import Function", line, "", "",
                       f"class Op({base}):", "    @staticmethod",
                       methods.format(call=call.format(**written)).rstrip("\n"), "",
                       "    @staticmethod", "    def backward(ctx, g):", "        return g * 2"]) + "\n"

@@ -542,7 +542,7 @@ class _GraphValues:
             return found | _Kinds(tensor=True, graph=passes_graph or self._kinds(e.args[0]).module)
         if name in self.facts.module_class_names:
             return found._replace(module=True, instance=True)
-        if local_head in self.facts.foreign or ("*" in self.facts.foreign and "." not in name):
+        if self.facts.from_elsewhere(local_head, name):
             # A class may be an nn.Module (called, a graph) or the project's (FileModel.imported_call
             # tells them by the capital, as Python names classes); a def may return what it is
             # given, or what a module it is given makes (`compute_loss(model, x, y)`), or an
@@ -825,9 +825,12 @@ class _FileFacts:
     def names_foreign_class(self, name: str) -> bool:
         """Whether a dotted name as written may be a class of another module: imported (or
         star-imported), and capitalized as Python names classes (FileModel._project_instance)."""
-        head = name.partition(".")[0]
-        return name.rsplit(".", 1)[-1][:1].isupper() and (
-            head in self.foreign or ("*" in self.foreign and "." not in name))
+        return name.rsplit(".", 1)[-1][:1].isupper() and self.from_elsewhere(name.partition(".")[0], name)
+
+    def from_elsewhere(self, head: str, name: str) -> bool:
+        """Whether `name` (headed `head` as written) may come from another module than torch: its
+        head imported from one, or, with a star import, a plain name nothing else binds."""
+        return head in self.foreign or ("*" in self.foreign and "." not in name)
 
     @cached_property
     def module_class_names(self) -> set[str]:
@@ -922,9 +925,9 @@ class _FileFacts:
         if type(node.value) not in _NEVER_GRAPH:
             for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
                 self._store(target, node.value, scope, loops)
-                if scope is self.scopes[0] and isinstance(target, ast.Name) and isinstance(node.value, ast.Call) \
-                        and _dotted(node.value.func) is not None:  # `Net()`, `utils.Meter()`
-                    self._top_level_calls.setdefault(target.id, set()).add(_dotted(node.value.func))
+                called = _dotted(node.value.func) if isinstance(node.value, ast.Call) else None
+                if scope is self.scopes[0] and isinstance(target, ast.Name) and called is not None:
+                    self._top_level_calls.setdefault(target.id, set()).add(called)  # `Net()`, `utils.Meter()`
         self._children(node, scope, loops)
 
     def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops, unpacked: bool = False) -> None:
