@@ -159,48 +159,52 @@ def _ruled_out(helper: cst.FunctionDef, strings: dict[str, str]) -> set[int]:
     """The calls in branches that cannot run with these string parameters (`if reduce == "any":`
     with reduce "sum"), and in what follows a branch that surely runs and surely returns."""
     dead: set[int] = set()
-    if not strings:
-        return dead
-
-    def bury(nodes) -> None:
-        todo = list(nodes)
-        while todo:
-            node = todo.pop()
-            if isinstance(node, cst.Call):
-                dead.add(id(node))
-            todo.extend(child_nodes(node))
-
-    def block(statements) -> bool:
-        """Walks a block; whether it surely leaves the def (a return or raise on every path)."""
-        for index, statement in enumerate(statements):
-            if isinstance(statement, cst.If) and _if_leaves(statement):
-                bury(statements[index + 1:])
-                return True
-            if isinstance(statement, cst.SimpleStatementLine) and any(
-                    isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
-                return True
-        return False
-
-    def _if_leaves(node: cst.If) -> bool:
-        decided = _decide(node.test, strings)
-        orelse = node.orelse
-        if decided is True:
-            if orelse is not None:
-                bury([orelse])
-            return block(node.body.body)
-        if decided is False:
-            bury([node.body])
-            if isinstance(orelse, cst.If):
-                return _if_leaves(orelse)
-            return block(orelse.body.body) if orelse is not None else False
-        taken = block(node.body.body)
-        if isinstance(orelse, cst.If):
-            return _if_leaves(orelse) and taken
-        other = block(orelse.body.body) if orelse is not None else False
-        return taken and other
-
-    block(helper.body.body)
+    if strings:
+        _block(helper.body.body, strings, dead)
     return dead
+
+
+# _block and _if_leaves recurse as module-level functions: closures calling each other would make
+# a reference cycle holding the tree until the cyclic collector ran (see call_sites._visit).
+
+def _bury(nodes, dead: set[int]) -> None:
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Call):
+            dead.add(id(node))
+        todo.extend(child_nodes(node))
+
+
+def _block(statements, strings: dict[str, str], dead: set[int]) -> bool:
+    """Walks a block; whether it surely leaves the def (a return or raise on every path)."""
+    for index, statement in enumerate(statements):
+        if isinstance(statement, cst.If) and _if_leaves(statement, strings, dead):
+            _bury(statements[index + 1:], dead)
+            return True
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Return, cst.Raise)) for small in statement.body):
+            return True
+    return False
+
+
+def _if_leaves(node: cst.If, strings: dict[str, str], dead: set[int]) -> bool:
+    decided = _decide(node.test, strings)
+    orelse = node.orelse
+    if decided is True:
+        if orelse is not None:
+            _bury([orelse], dead)
+        return _block(node.body.body, strings, dead)
+    if decided is False:
+        _bury([node.body], dead)
+        if isinstance(orelse, cst.If):
+            return _if_leaves(orelse, strings, dead)
+        return _block(orelse.body.body, strings, dead) if orelse is not None else False
+    taken = _block(node.body.body, strings, dead)
+    if isinstance(orelse, cst.If):
+        return _if_leaves(orelse, strings, dead) and taken
+    other = _block(orelse.body.body, strings, dead) if orelse is not None else False
+    return taken and other
 
 
 def _decide(test: cst.BaseExpression, strings: dict[str, str]) -> bool | None:
@@ -372,20 +376,20 @@ def _cuda_ext_atomic(call: _Call) -> bool:
 def _single_assignments(function: cst.FunctionDef) -> dict[str, cst.BaseExpression]:
     """Names bound exactly once in the function body (by `name = value`), with their value."""
     values: dict[str, cst.BaseExpression | None] = {}
-
-    def visit(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    name = target.target.value
-                    values[name] = node.value if name not in values else None
-        for child in child_nodes(node):
-            visit(child)
-
-    visit(function.body)
+    _collect_assignments(function.body, values)
     return {name: value for name, value in values.items() if value is not None}
+
+
+def _collect_assignments(node: cst.CSTNode, values: dict[str, cst.BaseExpression | None]) -> None:
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return
+    if isinstance(node, cst.Assign):
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                name = target.target.value
+                values[name] = node.value if name not in values else None
+    for child in child_nodes(node):
+        _collect_assignments(child, values)
 
 
 def _sums_exactly(model: FileModel, expr: cst.BaseExpression, bound: dict[str, cst.BaseExpression],

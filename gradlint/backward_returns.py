@@ -118,42 +118,51 @@ def _is_tuple_like(expr: cst.BaseExpression, tuples: dict[str, Counted | None]) 
 def _locals(backward: cst.FunctionDef) -> tuple[dict[str, Counted | None], set[str]]:
     """Names bound to tuple literals (countable once, uncountable if rebound differently) and
     names that hold one tensor (the incoming gradients, arithmetic on them)."""
-    tuples: dict[str, Counted | None] = {}
-    singles = {p.name.value for p in backward.params.params[leading_params(backward) + 1:]}
-    assigned_other: set[str] = set()
-
-    class Collect(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is backward
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                if not isinstance(target.target, cst.Name):
-                    for name in target_names(target.target):
-                        assigned_other.add(name)
-                    continue
-                name = target.target.value
-                if isinstance(node.value, cst.Tuple) or (
-                        isinstance(node.value, cst.BinaryOperation) and _is_tuple_like(node.value, tuples)):
-                    counted = _count(node.value, tuples, singles)
-                    if name in tuples and tuples[name] != counted:
-                        counted = None
-                    tuples[name] = counted
-                elif isinstance(node.value, (cst.BinaryOperation, cst.UnaryOperation)) or (
-                        isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute)):
-                    singles.add(name)
-                else:
-                    assigned_other.add(name)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            if isinstance(node.target, cst.Name) and node.target.value in tuples:
-                tuples[node.target.value] = None
-
-    backward.visit(Collect())
-    for name in assigned_other:
+    collect = _Locals(backward)
+    backward.visit(collect)
+    tuples, singles = collect.tuples, collect.singles
+    for name in collect.assigned_other:
         tuples.pop(name, None)
         singles.discard(name)
     return tuples, singles - set(tuples)
+
+
+class _Locals(cst.CSTVisitor):
+    """_locals' walk. A module-level class: one made inside the function, with methods closing over
+    its locals, is a reference cycle that keeps the tree until the cyclic collector runs."""
+
+    def __init__(self, backward: cst.FunctionDef):
+        self.backward = backward
+        self.tuples: dict[str, Counted | None] = {}
+        self.singles = {p.name.value for p in backward.params.params[leading_params(backward) + 1:]}
+        self.assigned_other: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return node is self.backward
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        tuples = self.tuples
+        for target in node.targets:
+            if not isinstance(target.target, cst.Name):
+                for name in target_names(target.target):
+                    self.assigned_other.add(name)
+                continue
+            name = target.target.value
+            if isinstance(node.value, cst.Tuple) or (
+                    isinstance(node.value, cst.BinaryOperation) and _is_tuple_like(node.value, tuples)):
+                counted = _count(node.value, tuples, self.singles)
+                if name in tuples and tuples[name] != counted:
+                    counted = None
+                tuples[name] = counted
+            elif isinstance(node.value, (cst.BinaryOperation, cst.UnaryOperation)) or (
+                    isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute)):
+                self.singles.add(name)
+            else:
+                self.assigned_other.add(name)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name) and node.target.value in self.tuples:
+            self.tuples[node.target.value] = None
 
 
 def _positional_count(call: cst.Call) -> int | None:

@@ -44,35 +44,38 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
 
 def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
     found: list[CallSite] = []
-
-    def visit(node: cst.CSTNode, function, owner, loops, periodic) -> None:
-        kind = type(node)
-        if kind is cst.FunctionDef:
-            for decorator in node.decorators:
-                visit(decorator, function, owner, loops, periodic)
-            visit(node.body, node, owner, (), False)
-            return
-        if kind is cst.ClassDef:
-            for child in (*node.bases, *node.keywords, *node.decorators):
-                visit(child, function, owner, loops, periodic)
-            visit(node.body, function, node, loops, periodic)
-            return
-        if kind is cst.Call:
-            found.append(CallSite(node, function, owner, loops, periodic))
-        if kind is cst.For or kind is cst.While:
-            loops, periodic = (*loops, node), False
-        if kind is cst.If:
-            visit(node.test, function, owner, loops, periodic)
-            inner = periodic or _takes_a_remainder(node.test)
-            visit(node.body, function, owner, loops, inner)
-            if node.orelse is not None:
-                visit(node.orelse, function, owner, loops, inner)
-            return
-        for child in child_nodes(node):
-            visit(child, function, owner, loops, periodic)
-
-    visit(statement, None, None, (), False)
+    _visit(statement, found, None, None, (), False)
     return tuple(found)
+
+
+def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic) -> None:
+    # A module-level function, not a closure calling itself: that closure is a reference cycle,
+    # and through `found` it would keep the whole tree alive until the cyclic collector ran
+    # (tests/test_engine.py checks that a lint leaves no tree to it).
+    kind = type(node)
+    if kind is cst.FunctionDef:
+        for decorator in node.decorators:
+            _visit(decorator, found, function, owner, loops, periodic)
+        _visit(node.body, found, node, owner, (), False)
+        return
+    if kind is cst.ClassDef:
+        for child in (*node.bases, *node.keywords, *node.decorators):
+            _visit(child, found, function, owner, loops, periodic)
+        _visit(node.body, found, function, node, loops, periodic)
+        return
+    if kind is cst.Call:
+        found.append(CallSite(node, function, owner, loops, periodic))
+    if kind is cst.For or kind is cst.While:
+        loops, periodic = (*loops, node), False
+    if kind is cst.If:
+        _visit(node.test, found, function, owner, loops, periodic)
+        inner = periodic or _takes_a_remainder(node.test)
+        _visit(node.body, found, function, owner, loops, inner)
+        if node.orelse is not None:
+            _visit(node.orelse, found, function, owner, loops, inner)
+        return
+    for child in child_nodes(node):
+        _visit(child, found, function, owner, loops, periodic)
 
 
 def _takes_a_remainder(test: cst.BaseExpression) -> bool:

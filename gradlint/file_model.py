@@ -1560,83 +1560,74 @@ def blocks_of(statement: cst.CSTNode) -> Iterator:
             yield case.body.body
 
 
+# The statement walks below recurse through module-level functions, never through a closure that
+# calls itself: such a closure is a reference cycle, and it would keep the tree it walked alive
+# until the cyclic collector ran (tests/test_engine.py checks that a lint leaves none).
+
 def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
     """The function's own return statements that can run (nested functions excluded, and any
     statement after a return, raise, continue or break of its own block: dead code)."""
-    def statements(block) -> Iterator[cst.Return]:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.Return):
-                        yield small
-                    if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
-                        return
-            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                for inner in blocks_of(statement):
-                    yield from statements(inner)
+    return _returns_in(function.body.body)
 
-    return statements(function.body.body)
+
+def _returns_in(block) -> Iterator[cst.Return]:
+    for statement in block:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Return):
+                    yield small
+                if isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break)):
+                    return
+        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for inner in blocks_of(statement):
+                yield from _returns_in(inner)
 
 
 def has_return(function: cst.FunctionDef) -> bool:
     """Whether the function has a `return` statement of its own anywhere (reachable or not)."""
-    def statements(block) -> bool:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine):
-                if any(isinstance(s, cst.Return) for s in statement.body):
-                    return True
-            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                if any(statements(inner) for inner in blocks_of(statement)):
-                    return True
-        return False
+    return any(isinstance(small, cst.Return) for small in _own_smalls(function.body.body))
 
-    return statements(function.body.body)
+
+def _own_smalls(block) -> Iterator[cst.BaseSmallStatement]:
+    """The small statements of a block and the blocks in it, not those of nested defs and classes."""
+    for statement in block:
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield from statement.body
+        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for inner in blocks_of(statement):
+                yield from _own_smalls(inner)
 
 
 def _calls_in_assignments(function: cst.FunctionDef) -> Iterator[cst.Call]:
     """`self.x = nn.Linear(...)`: the calls assigned to an attribute in the def's own statements."""
-    def statements(block) -> Iterator[cst.Call]:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
-                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                        if any(isinstance(t, cst.Attribute) for t in targets):
-                            yield small.value
-            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                for inner in blocks_of(statement):
-                    yield from statements(inner)
-
-    return statements(function.body.body)
+    for small in _own_smalls(function.body.body):
+        if isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.Call):
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if any(isinstance(t, cst.Attribute) for t in targets):
+                yield small.value
 
 
 def _assignments(module: cst.Module) -> Iterator[cst.Assign]:
     """Every `a = b` statement in the file, at any depth."""
-    def statements(block) -> Iterator[cst.Assign]:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine):
-                yield from (s for s in statement.body if isinstance(s, cst.Assign))
-            elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                yield from statements(statement.body.body)
-            else:
-                for inner in blocks_of(statement):
-                    yield from statements(inner)
+    return _all_assignments(module.body)
 
-    return statements(module.body)
+
+def _all_assignments(block) -> Iterator[cst.Assign]:
+    for statement in block:
+        if isinstance(statement, cst.SimpleStatementLine):
+            yield from (s for s in statement.body if isinstance(s, cst.Assign))
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            yield from _all_assignments(statement.body.body)
+        else:
+            for inner in blocks_of(statement):
+                yield from _all_assignments(inner)
 
 
 def _calls_in(function: cst.FunctionDef) -> Iterator[cst.Call]:
-    def statements(block) -> Iterator[cst.Call]:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                        yield small.value
-            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                for inner in blocks_of(statement):
-                    yield from statements(inner)
-
-    return statements(function.body.body)
+    """The calls that are statements of their own (`helper(x)`) in the def's own statements."""
+    for small in _own_smalls(function.body.body):
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            yield small.value
 
 
 # A Dataset's transforms (`nn.Sequential(Resize(...), Normalize(...))`) run outside any training

@@ -64,7 +64,10 @@ def may_store_across_steps(tree: ast.Module) -> bool:
     global _last_answer
     if _last_answer is None or _last_answer[0]() is not tree:
         facts = _FileFacts(tree)
-        _last_answer = (weakref.ref(tree), any(scope.may_keep_graph(facts) for scope in facts.scopes))
+        try:
+            _last_answer = (weakref.ref(tree), any(scope.may_keep_graph(facts) for scope in facts.scopes))
+        finally:
+            facts.release()
     return _last_answer[1]
 
 
@@ -689,6 +692,16 @@ class _FileFacts:
         self.scopes: list[_Scope] = [_Scope(tree, None)]
         self._owner: _Class | None = None  # the class whose body is being read
         self._children(tree, self.scopes[0], ())
+
+    def release(self) -> None:
+        """Unlink what links back (a class and its methods' scopes, the facts and the values
+        worked out with them): those cycles would keep the file's tree alive until the cyclic
+        collector ran, where dropping the facts now frees it (tests/test_engine.py checks it)."""
+        for cls in self.classes:
+            cls.methods.clear()
+        self._values.clear()
+        self.classes.clear()
+        self.scopes.clear()
 
     def qualify(self, name: str) -> str:
         """As names.ImportTable.qualify does."""

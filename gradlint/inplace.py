@@ -406,29 +406,7 @@ def _dirty_in_setup_context(model: FileModel, function: AutogradFunction, inputs
     position: dict[str, int | None] = {}  # a name unpacked from `inputs`, by its position there
     calls: list[cst.Call] = []
 
-    def visit(node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == packed:
-            for target in node.targets:
-                if isinstance(target.target, (cst.Tuple, cst.List)):
-                    starred = False
-                    for i, element in enumerate(target.target.elements):
-                        starred = starred or isinstance(element, cst.StarredElement)
-                        for name in target_names(element.value):
-                            position[name] = None if starred else i
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Subscript) \
-                and isinstance(node.value.value, cst.Name) and node.value.value.value == packed:
-            index = _literal_index(node.value)
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    position[target.target.value] = index
-        if isinstance(node, cst.Call):
-            calls.append(node)
-        for child in child_nodes(node):
-            visit(child)
-
-    visit(setup.body)
+    _unpacked_and_calls(setup.body, packed, position, calls)
     marked: set[str] = set()
     for call in calls:
         func = call.func
@@ -452,6 +430,32 @@ def _dirty_in_setup_context(model: FileModel, function: AutogradFunction, inputs
                 return set(inputs)
             marked.add(inputs[index])
     return marked
+
+
+def _unpacked_and_calls(node: cst.CSTNode, packed: str, position: dict[str, int | None],
+                        calls: list[cst.Call]) -> None:
+    """_dirty_in_setup_context's walk of setup_context: the names unpacked from `inputs` and the
+    calls. Module-level, not a closure calling itself (a reference cycle: see call_sites._visit)."""
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        return
+    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == packed:
+        for target in node.targets:
+            if isinstance(target.target, (cst.Tuple, cst.List)):
+                starred = False
+                for i, element in enumerate(target.target.elements):
+                    starred = starred or isinstance(element, cst.StarredElement)
+                    for name in target_names(element.value):
+                        position[name] = None if starred else i
+    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Subscript) \
+            and isinstance(node.value.value, cst.Name) and node.value.value.value == packed:
+        index = _literal_index(node.value)
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                position[target.target.value] = index
+    if isinstance(node, cst.Call):
+        calls.append(node)
+    for child in child_nodes(node):
+        _unpacked_and_calls(child, packed, position, calls)
 
 
 def _literal_index(subscript: cst.Subscript) -> int | None:

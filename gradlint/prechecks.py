@@ -191,33 +191,9 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
     call_sites.in_training_step decides on libcst's tree (kept in step with it): in a loop that
     also steps an optimizer or goes over a loader/dataset/epochs, or outside loops in a def that
     steps one outside any training loop of its own."""
-    wanted_sites: list[_Site] = []
-    steps: list[_Site] = []
-    backward_loops: set[int] = set()
-
-    def visit(node: ast.AST, function: ast.AST | None, loops: tuple) -> None:
-        if isinstance(node, _FUNCTIONS):  # as call_sites: a def starts afresh, loops and all
-            for decorator in node.decorator_list:
-                visit(decorator, function, loops)
-            for statement in node.body:
-                visit(statement, node, ())
-            return
-        if isinstance(node, ast.Call):
-            site = _Site(node, function, loops)
-            func = node.func
-            if wanted(node):
-                wanted_sites.append(site)
-            # as call_sites._steps_optimizer: an optimizer's step(), not zero_grad() alone
-            if isinstance(func, ast.Attribute) and func.attr == "step" and makes_a_step(func.attr, dotted(func.value)):
-                steps.append(site)
-            if isinstance(func, ast.Attribute) and func.attr == "backward":
-                backward_loops.update(id(loop) for loop in loops)
-        if isinstance(node, _LOOPS):
-            loops = (*loops, node)
-        for child in children(node):
-            visit(child, function, loops)
-
-    visit(tree, None, ())
+    calls = _StepCalls(wanted)
+    calls.visit(tree, None, ())
+    wanted_sites, steps, backward_loops = calls.wanted_sites, calls.steps, calls.backward_loops
     for site in wanted_sites:
         if site.loops:
             if any(training_header(loop) or any(loop in s.loops for s in steps) for loop in site.loops):
@@ -232,6 +208,39 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
                                for s in own for loop in s.loops):
                 return True
     return False
+
+
+class _StepCalls:
+    """call_in_training_step's walk: the calls it wants, the optimizer steps, the loops that call
+    backward. A method that calls itself, not a closure (a reference cycle: see call_sites._visit)."""
+
+    def __init__(self, wanted: Callable[[ast.Call], bool]):
+        self.wanted = wanted
+        self.wanted_sites: list[_Site] = []
+        self.steps: list[_Site] = []
+        self.backward_loops: set[int] = set()
+
+    def visit(self, node: ast.AST, function: ast.AST | None, loops: tuple) -> None:
+        if isinstance(node, _FUNCTIONS):  # as call_sites: a def starts afresh, loops and all
+            for decorator in node.decorator_list:
+                self.visit(decorator, function, loops)
+            for statement in node.body:
+                self.visit(statement, node, ())
+            return
+        if isinstance(node, ast.Call):
+            site = _Site(node, function, loops)
+            func = node.func
+            if self.wanted(node):
+                self.wanted_sites.append(site)
+            # as call_sites._steps_optimizer: an optimizer's step(), not zero_grad() alone
+            if isinstance(func, ast.Attribute) and func.attr == "step" and makes_a_step(func.attr, dotted(func.value)):
+                self.steps.append(site)
+            if isinstance(func, ast.Attribute) and func.attr == "backward":
+                self.backward_loops.update(id(loop) for loop in loops)
+        if isinstance(node, _LOOPS):
+            loops = (*loops, node)
+        for child in children(node):
+            self.visit(child, function, loops)
 
 
 def _header(loop: ast.For | ast.AsyncFor | ast.While) -> ast.expr:
