@@ -309,3 +309,24 @@ def test_the_editors_project_after_any_edit_answers_as_a_fresh_one(tmp_path: Pat
             undone, kept = lint_all(kept)
             assert undone == baseline, f"{module.relative_to(project)}: {what}, then undone"
     assert kept_models
+
+
+def test_a_module_with_form_feeds_between_its_statements_is_read_where_python_breaks_lines(tmp_path: Path):
+    """A form feed (`^L`, a page break in older code) or a `\\x1c` is no line break to Python, but
+    str.splitlines breaks there: every statement after it was cut at the wrong lines, the module
+    did not parse, and its meter's keep went unreported (and a method's line was cited wrong)."""
+    from gradlint.check import CheckRequest, run_check
+
+    project = tmp_path / "meters"
+    shutil.copytree(PROJECTS / "meters", project)
+    (project / "pyproject.toml").write_text("[tool.gradlint]\n")
+    meters = project / "app" / "utils" / "meters.py"
+    text = meters.read_text()
+    meters.write_text(text.replace("SEEN = []\n", "SEEN = []  # \x1c kept\n\x0c\n").replace("class History", "\x0c\nclass History"))
+    result = run_check(CheckRequest(paths=[project / "app" / "train.py"], jobs=1, no_cache=True))
+    messages = [f.message for f in result.findings]
+    # The places cited count lines as Python does: the fixture's 11, 24 and 28, one and two down.
+    assert any("meter.update() chains every step's graph onto meter.sum (utils/meters.py:12)" in message
+               for message in messages), messages
+    assert any("history.add() (utils/meters.py:26)" in message for message in messages), messages
+    assert any("remember() (utils/meters.py:30)" in message for message in messages), messages
