@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from gradlint import deep, parse
+from gradlint import deep, parse, prechecks
 from gradlint.config import Settings
 from gradlint.file_model import FileModel
 from gradlint.fixes import SourceLines, apply_fixes, plan_to_fix
@@ -30,7 +30,7 @@ from gradlint.registry import all_rules
 from gradlint.rule import Hit, Rule
 from gradlint.cache import ResultCache
 from gradlint.prescan import child_nodes
-from gradlint.project import Project
+from gradlint.project import PrecheckAnswers, Project
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines, text_digest
 from gradlint.suppressions import Suppressions, find_suppressions, may_hold_our_codes, unused_findings
 
@@ -225,14 +225,19 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
         result.findings.append(tree)
         return result
     # Newer syntax than this Python's: no tree to precheck, so every rule goes on to libcst.
-    rules = _prechecked(rules, tree)
+    answers = PrecheckAnswers(path, tree, _project_for) if tree is not None else None
+    with prechecks.asking(answers):
+        rules = _prechecked(rules, tree)
+    begun = answers.project if answers is not None else None  # a precheck asked about another module
     if not rules:
+        if begun is not None:
+            result.depends = dict(begun.consulted)  # the prechecks' no rests on what they read there
         if noqa:
             _report_unused(source, path, ruleset, result, find_suppressions(source))
         return result
     result.analyzed = True
     try:
-        return deep.call(lambda: _analyze(source, path, ruleset, rules, result, tree, noqa), len(source))
+        return deep.call(lambda: _analyze(source, path, ruleset, rules, result, tree, noqa, begun), len(source))
     except deep.NoStack as error:
         result.findings.append(_finding(path, UNREADABLE, 1, 1, f"too large to analyze: it would need {error}"))
         return result
@@ -261,9 +266,11 @@ def _project_for(path: str) -> Project:
 
 
 def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result: FileResult,
-             tree: ast.Module | None, noqa: bool = False) -> FileResult:
+             tree: ast.Module | None, noqa: bool = False, begun: Project | None = None) -> FileResult:
     """The libcst parse, the model, the rules and the findings' positions: on the deep-stack
-    thread, since each of them recurses once per level of libcst's tree (see gradlint/deep.py)."""
+    thread, since each of them recurses once per level of libcst's tree (see gradlint/deep.py).
+    `begun`: the project already begun on the file by its prechecks, whose reads count too (a
+    rule they turned away rests on them)."""
     try:
         module = parse.parse_module(source, tree)
     except cst.ParserSyntaxError as error:  # CPython accepted it: syntax libcst does not support
@@ -275,7 +282,7 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
         result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to parse"))
         return result
     try:
-        project = _project_for(path)
+        project = begun if begun is not None else _project_for(path)
         model = FileModel(module, path, source, project)
         hits: list[tuple[Rule, Hit]] = []
         for rule in rules:

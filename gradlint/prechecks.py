@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections import deque
 import weakref
-from typing import Callable, Iterator, NamedTuple
+from collections import deque
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 from gradlint.torch_api import CONTAINER_STORING_METHODS, TRAINING_ITERABLE, makes_a_step
 
@@ -46,6 +48,37 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
         node = todo.popleft()
         todo.extend(children(node))
         yield node
+
+
+class Elsewhere(Protocol):
+    """What a precheck may ask of the project around the file it is given (the engine answers,
+    from the project index: no module is parsed with libcst to answer)."""
+
+    def def_may_keep_arguments(self, written: str) -> bool:
+        """Whether the call of `written` (`remember`, `utils.remember`, as the file spells it) may
+        reach a def of another project module that keeps what it is given past the call."""
+        ...
+
+
+# The project of the file being prechecked, set by the engine around its prechecks (None: a tree
+# with no file, or a precheck called on its own: every such question is answered yes).
+_elsewhere: ContextVar[Elsewhere | None] = ContextVar("gradlint_precheck_elsewhere", default=None)
+
+
+@contextmanager
+def asking(elsewhere: Elsewhere | None) -> Iterator[None]:
+    """Prechecks run inside this answer their questions about other modules from `elsewhere`."""
+    token = _elsewhere.set(elsewhere)
+    try:
+        yield
+    finally:
+        _elsewhere.reset(token)
+
+
+def def_may_keep_arguments(written: str) -> bool:
+    """Elsewhere.def_may_keep_arguments of the project the engine set; yes with none set."""
+    elsewhere = _elsewhere.get()
+    return elsewhere is None or elsewhere.def_may_keep_arguments(written)
 
 
 def _per_tree(question: Callable[[ast.Module], object]):

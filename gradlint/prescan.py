@@ -351,7 +351,7 @@ class Prescan:
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             self.called_names.add(method)
-            if method in _STORING_METHODS:
+            if method in STORING_METHODS:
                 self.stores = True
             if method == "backward":
                 self.calls_backward = True
@@ -444,7 +444,8 @@ class Prescan:
 
 
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_STORING_METHODS = api.CONTAINER_STORING_METHODS | {"save_for_backward"}
+# What a method of this name may store into its receiver (project.py's _may_store asks it too).
+STORING_METHODS = api.CONTAINER_STORING_METHODS | {"save_for_backward"}
 _NOTES = {
     cst.Call: Prescan._call,
     cst.Assign: Prescan._assign,

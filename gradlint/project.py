@@ -26,6 +26,7 @@ import ast
 import hashlib
 import os
 import re
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,7 +38,8 @@ import libcst as cst
 from gradlint import parse
 from gradlint.findings import Reads
 from gradlint.names import ImportTable
-from gradlint.prechecks import walk
+from gradlint.prechecks import children, walk
+from gradlint.prescan import STORING_METHODS
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines
 from gradlint.torch_api import FUNCTION_BASES, is_module_base
 
@@ -169,6 +171,69 @@ class Statement:
     line: int = 0  # the `def` or `class` line, below any decorators: the line messages name
 
 
+# What a def given a value may keep past the call, as FileModel.call_result keeps a walk's events
+# for its caller (_outlives_the_call): a store into an attribute (`self.x = v`, `obj.x = v`), a
+# name declared global or nonlocal, or a container that is no local of the def (a global's, an
+# attribute's: `SEEN.append(v)`, `self.buf[k] = v`); setattr. Read from the syntax alone, widened:
+# a local is a parameter or a name the def binds itself (what Python counts local), any other
+# container may be a global.
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_SCOPES = (*_DEFS, ast.ClassDef)
+
+
+def _python_tree(source: str, path: str) -> ast.Module | None:
+    """CPython's tree of a module's text, or None where it does not parse; quietly (a `"\\d"` in a
+    user's string warns on Python 3.12: not ours to report, as engine._python_ast says)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return compile(source, path, "exec", ast.PyCF_ONLY_AST)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+def _may_store(statement: ast.stmt) -> bool:
+    """Whether a def or class of the module (each def in it, nested ones and lambdas too) may keep
+    a value it is given past the call. A def of another module that cannot is never walked for a
+    keep: FileModel.imported_call finds nothing kept of the call's arguments."""
+    return any(isinstance(node, _DEFS) and _def_may_store(node) for node in walk(statement))
+
+
+def _def_may_store(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> bool:
+    arguments = function.args
+    local = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                             *(a for a in (arguments.vararg, arguments.kwarg) if a is not None))}
+    own: list[ast.AST] = []
+    todo = list(function.body) if isinstance(function.body, list) else [function.body]
+    while todo:  # the def's own nodes: a nested def or class is a scope of its own, asked on its own
+        node = todo.pop()
+        own.append(node)
+        todo.extend(child for child in children(node) if not isinstance(child, _SCOPES))
+    for node in own:
+        kind = type(node)
+        if kind is ast.Global or kind is ast.Nonlocal:
+            return True
+        if kind is ast.Name and type(node.ctx) is ast.Store:
+            local.add(node.id)
+
+    def kept(container: ast.expr) -> bool:  # a container that may outlive the call
+        return not (type(container) is ast.Name and container.id in local)
+
+    for node in own:
+        kind = type(node)
+        if kind is ast.Attribute and type(node.ctx) is ast.Store:
+            return True
+        if kind is ast.Subscript and type(node.ctx) is ast.Store and kept(node.value):
+            return True
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute and func.attr in STORING_METHODS and kept(func.value):
+                return True
+            if type(func) is ast.Name and func.id == "setattr":
+                return True
+    return False
+
+
 def _symbols(tree: ast.Module, package: str) -> Symbols:
     table = ImportTable(package or None)
     statements: dict[str, Statement] = {}
@@ -262,6 +327,7 @@ class ModuleFacts:
         self._symbols_failed = False
         self._models: dict[frozenset[int], ModuleModel | None] = {}
         self._kept_texts: dict[frozenset[str], str] = {}  # model_text_holds: the kept text, lower case
+        self._kept_keeps: dict[frozenset[str], bool] = {}  # _keeps: whether the kept text may keep arguments
         self._classes: dict[str, ClassFacts | None] = {}
         self._parts: dict[str, str] = {}
 
@@ -275,11 +341,11 @@ class ModuleFacts:
     @property
     def symbols(self) -> Symbols | None:
         if self._symbols is None and not self._symbols_failed:
-            try:
-                tree = compile(self.source, self.path, "exec", ast.PyCF_ONLY_AST)
-                self._symbols = _symbols(tree, self.package)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = _python_tree(self.source, self.path)
+            if tree is None:
                 self._symbols_failed = True
+            else:
+                self._symbols = _symbols(tree, self.package)
         return self._symbols
 
     def model_for(self, name: str) -> ModuleModel | None:
@@ -296,6 +362,25 @@ class ModuleFacts:
             with self.project.asking(self):
                 self._models[key] = self.project._build_model(self, self._kept_source(wanted))
         return self._models[key]
+
+    def may_keep_arguments(self, name: str) -> bool:
+        """Whether `name`'s def, or a def or class of this module it names (what `model_for(name)`
+        keeps), has a store that may keep a value past a call (`_may_store`). Read from CPython's
+        tree of that kept text, asked once per process; nothing is parsed with libcst."""
+        self.project._note_part(self, f"keeps:{name}")
+        return self._keeps(name)
+
+    def _keeps(self, name: str) -> bool:
+        wanted = self._wanted(name)
+        if wanted is None:
+            return False
+        key = frozenset(wanted)
+        found = self._kept_keeps.get(key)
+        if found is None:
+            tree = _python_tree(self._kept_source(wanted), self.path)
+            found = self._kept_keeps[key] = tree is None or any(
+                _may_store(statement) for statement in tree.body if isinstance(statement, _SCOPES))
+        return found
 
     def model_text_holds(self, name: str, words: tuple[str, ...]) -> bool:
         """Whether the text `model_for(name)` would keep holds one of `words` (in any case)."""
@@ -348,6 +433,8 @@ class ModuleFacts:
           import's target, another binding, or the star imports searched next);
         - `model:N`: the statements `model_for(N)` keeps, with their lines and text: the model is
           built from those and nothing else (every other line is blank);
+        - `keeps:N`: the statements `model_for(N)` would keep, and whether they may keep what a
+          call gives them (`may_keep_arguments`);
         - `text:N`: the lines of `N`'s statement (a method's line, for messages);
         - `symbols`: every top-level name (what a star import binds)."""
         digest = self._parts.get(facet)
@@ -395,6 +482,9 @@ class ModuleFacts:
             if wanted is None:
                 return None
             return sorted(wanted), [(first, "".join(self.lines[first - 1:last])) for first, last in self._kept_ranges(wanted)]
+        if kind == "keeps":
+            wanted = self._wanted(name)
+            return None if wanted is None else (sorted(wanted), self._keeps(name))
         if kind == "text":
             found = symbols.statements.get(name)
             return None if found is None else self.lines[found.first - 1:found.last]
@@ -428,6 +518,7 @@ class Project:
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
         self.anchor = ""  # the checked file's directory: where the names in messages start from
+        self.current = ""  # the checked file's dotted name
         # Every project module read for the current file, and what was read of it.
         self.consulted: dict[str, Reads] = {}
 
@@ -448,6 +539,7 @@ class Project:
         self.anchor = os.path.dirname(os.path.abspath(path))
         self.consulted = {place: Reads("", "", {EXISTS: "yes" if there else "no"}) for place, there in looked.items()}
         self._under_way = {dotted}
+        self.current = dotted
         return dotted
 
     def refresh(self) -> None:
@@ -588,6 +680,13 @@ class Project:
         `function` would parse) holds one of `words`."""
         found = self._top_def(qualified)
         return found is not None and found.module.model_text_holds(found.name, words)
+
+    def function_may_keep_arguments(self, qualified: str) -> bool:
+        """Whether `qualified` is a top-level def of a project module that may keep what a caller
+        gives it past the call (`ModuleFacts.may_keep_arguments`): where it is not, FileModel's
+        imported_call finds nothing of the call's arguments kept. Nothing is parsed."""
+        found = self._top_def(qualified)
+        return found is not None and found.module.may_keep_arguments(found.name)
 
     def is_def(self, qualified: str) -> bool:
         """Whether `qualified` names a top-level def of a project module (read from its symbols,
@@ -753,6 +852,64 @@ class Project:
             return None
         finally:
             self._under_way.discard(module.dotted)
+
+
+# The fields of a statement that hold statements (a handler's and a match case's body too).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+class PrecheckAnswers:
+    """The project as the prechecks of one checked file may ask it (prechecks.Elsewhere): what a
+    call there reaches through the file's imports. The project is begun on the file at the first
+    question only (a file whose prechecks ask nothing reads nothing of it), and what the answers
+    read is the file's result's to depend on (`consulted`), as the analysis' reads are."""
+
+    def __init__(self, path: str, tree: ast.Module, project_for: Callable[[str], "Project"]):
+        self._path, self._tree, self._project_for = path, tree, project_for
+        self.project: Project | None = None  # begun on the file: the analysis goes on with it
+        self._imports: dict[str, set[str]] | None = None  # a name an import binds -> what it may name
+        self._stars: list[str] = []
+        self._answers: dict[str, bool] = {}
+
+    def def_may_keep_arguments(self, written: str) -> bool:
+        answer = self._answers.get(written)
+        if answer is None:
+            answer = self._answers[written] = any(
+                self._begun().function_may_keep_arguments(qualified) for qualified in self._targets(written))
+        return answer
+
+    def _begun(self) -> Project:
+        if self.project is None:
+            self.project = self._project_for(self._path)
+        return self.project
+
+    def _targets(self, written: str) -> list[str]:
+        """What `written` may name, as FileModel qualifies a call: through an import anywhere in
+        the file (a def's own `from .utils import remember` too; each, where two bind the name),
+        or, for a plain name no import binds, in each module the file star-imports."""
+        if self._imports is None:
+            dotted = self._begun().current
+            package = dotted if os.path.basename(self._path) == "__init__.py" else dotted.rpartition(".")[0]
+            self._imports, self._stars = {}, []
+            statements = list(reversed(self._tree.body))
+            while statements:  # imports are statements: no expression is walked
+                node = statements.pop()
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    table = ImportTable(package or None)
+                    table.add(_as_cst_import(node))
+                    for local, target in table.aliases.items():
+                        self._imports.setdefault(local, set()).add(target)
+                    self._stars += table.stars
+                else:
+                    for field in reversed(_BLOCKS):
+                        block = getattr(node, field, None)
+                        if type(block) is list:
+                            statements.extend(reversed(block))
+        head, _, rest = written.partition(".")
+        targets = self._imports.get(head)
+        if targets:
+            return sorted(f"{target}.{rest}" if rest else target for target in targets)
+        return [] if rest else [f"{star}.{written}" for star in self._stars]
 
 
 # The part a place looked at in vain is recorded with: the module must still be missing there (or

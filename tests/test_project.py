@@ -330,3 +330,70 @@ def test_a_module_with_form_feeds_between_its_statements_is_read_where_python_br
                for message in messages), messages
     assert any("history.add() (utils/meters.py:26)" in message for message in messages), messages
     assert any("remember() (utils/meters.py:30)" in message for message in messages), messages
+
+
+def test_a_file_its_precheck_turned_away_is_checked_again_when_the_def_it_calls_starts_keeping(tmp_path: Path):
+    """GL103/GL104's precheck asks the project whether `remember(loss)` reaches a def that may keep
+    its argument; where it says no, the file goes unanalysed, and that answer rests on the def.
+    An edit making the def keep its argument must re-check the file, as a fresh run would."""
+    from gradlint.check import CheckRequest, run_check
+
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    utils = tmp_path / "app" / "utils.py"
+    utils.write_text("SEEN = []\n\n\ndef remember(value):\n    print(value)\n")
+    (tmp_path / "app" / "train.py").write_text(
+        "import torch\nfrom app.utils import remember\n\nmodel = torch.nn.Linear(2, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n    loss = model(x).sum()\n"
+        "    loss.backward()\n    opt.step()\n    remember(loss)\n")
+
+    def run():
+        return run_check(CheckRequest(paths=[tmp_path / "app" / "train.py"], jobs=1))
+
+    from gradlint.config import Settings
+    from gradlint.engine import RuleSet, lint_source
+
+    train = tmp_path / "app" / "train.py"
+    alone = lint_source(train.read_text(), str(train), RuleSet.from_settings(Settings()))
+    assert not alone.analyzed and str(utils) in alone.depends  # turned away: remember keeps nothing
+    first = run()
+    assert first.findings == []
+    assert run().files_cached == 1
+    utils.write_text("SEEN = []\n\n\ndef remember(value):\n    SEEN.append(value)\n")
+    third = run()
+    assert third.files_cached == 0
+    assert [(f.code, f.line) for f in third.findings] == [("GL103", 10)]
+
+
+@pytest.mark.parametrize("body, keeps", [
+    ("SEEN.append(value)", True),  # a global's container
+    ("global LAST\n    LAST = value", True),
+    ("value.owner.last = value", True),  # an attribute of what it was given
+    ("CACHE[len(CACHE)] = value", True),
+    ("setattr(value, 'kept', value)", True),
+    ("kept = []\n    kept.append(value)\n    return kept", False),  # its own list
+    ("a, b = value, value\n    out = {}\n    out['a'] = a\n    return out", False),
+    ("for item in value:\n        total = item\n    return total", False),  # a local bound in a loop
+    ("return helper(value)", True),  # what it names of its module keeps
+    ("def inner(v):\n        SEEN.append(v)\n    return inner", True),  # a nested def is asked too
+    ("return list(map(lambda v: SEEN.append(v), value))", True),
+    ("print(value)", False),
+])
+def test_whether_a_def_of_another_module_may_keep_its_argument_is_read_from_its_syntax(tmp_path: Path, body: str,
+                                                                                       keeps: bool):
+    """The precheck's question (prechecks.def_may_keep_arguments), as the project answers it: a store
+    that may outlive the call (what FileModel.call_result keeps for the caller), never a local's."""
+    from gradlint.project import Project
+
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "utils.py").write_text(
+        f"SEEN = []\nCACHE = {{}}\n\n\ndef helper(value):\n    SEEN.append(value)\n\n\ndef f(value):\n    {body}\n")
+    (tmp_path / "app" / "train.py").write_text("")
+    project = Project()
+    project.begin(str(tmp_path / "app" / "train.py"))
+    assert project.function_may_keep_arguments("app.utils.f") is keeps
+    assert project.function_may_keep_arguments("app.utils.missing") is False
+    assert project.function_may_keep_arguments("numpy.mean") is False
