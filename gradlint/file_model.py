@@ -1678,11 +1678,12 @@ def _last_name(expr: cst.BaseExpression) -> str:
 
 def _is_generator(function: cst.FunctionDef) -> bool:
     stack = list(child_nodes(function.body))
-    while stack:
+    while stack:  # exact types: isinstance on libcst's classes goes through ABCMeta (flow._ev)
         node = stack.pop()
-        if isinstance(node, cst.Yield):
+        kind = type(node)
+        if kind is cst.Yield:
             return True
-        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if kind is not cst.FunctionDef and kind is not cst.ClassDef and kind is not cst.Lambda:
             stack.extend(child_nodes(node))
     return False
 

@@ -315,19 +315,24 @@ def _join(before: dict[str, Val], body: dict[str, Val], orelse: dict[str, Val]) 
 def may_leave_the_iteration(statement: cst.CSTNode) -> bool:
     """A `continue`, `break` or `return` in it that ends this iteration (not one of an inner loop's)."""
     stack = [statement]
-    while stack:
+    while stack:  # exact types, once per node (Walker._ev says why)
         node = stack.pop()
-        if isinstance(node, cst.Return) or isinstance(node, (cst.Continue, cst.Break)):
+        kind = type(node)
+        if kind is cst.Return or kind is cst.Continue or kind is cst.Break:
             return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
             continue
-        if isinstance(node, (cst.For, cst.While)):  # its continue/break are its own; a return is not
-            stack.extend(n for n in descendants(node) if isinstance(n, cst.Return))
+        if kind is cst.For or kind is cst.While:  # its continue/break are its own; a return is not
+            stack.extend(n for n in descendants(node) if type(n) is cst.Return)
             continue
         stack.extend(child_nodes(node))
     return False
 
 
+# What Walker._ev reads by exact type: literals (a Python value), comprehensions.
+_LITERALS = frozenset({cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                       cst.FormattedString, cst.Ellipsis})
+_COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 _BOOL_COMPARISONS = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 
 # What a fix may rely on of a tensor (Val.assumed, Val.one_element): methods the other things a
@@ -930,18 +935,21 @@ class Walker:
         return value
 
     def _ev(self, e: cst.BaseExpression) -> Val:
-        if isinstance(e, cst.Name):
+        # By exact type: libcst's node classes are abstract-base classes, and isinstance against
+        # one goes through ABCMeta (117 ns, a 7-class tuple 321 ns, against 19 for `is`; none of
+        # these classes has a subclass). This runs once per expression evaluated.
+        kind = type(e)
+        if kind is cst.Name:
             return self._name(e.value)
-        if isinstance(e, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
-                          cst.ConcatenatedString, cst.FormattedString, cst.Ellipsis)):
+        if kind in _LITERALS:
             return SCALAR
-        if isinstance(e, cst.Attribute):
+        if kind is cst.Attribute:
             return self._attribute(e)
-        if isinstance(e, cst.Call):
+        if kind is cst.Call:
             return self._call(e)
-        if isinstance(e, cst.Subscript):
+        if kind is cst.Subscript:
             return self._subscript(e)
-        if isinstance(e, cst.BinaryOperation):
+        if kind is cst.BinaryOperation:
             left, right = self.ev(e.left), self.ev(e.right)
             if isinstance(e.operator, cst.Multiply) and (left.kind is Kind.CONTAINER) != (right.kind is Kind.CONTAINER) \
                     and Kind.TENSOR not in (left.kind, right.kind):
@@ -949,15 +957,15 @@ class Walker:
             if isinstance(e.operator, cst.Add):
                 self._sums[id(e)] = (left, right)
             return combine(left, right)
-        if isinstance(e, cst.UnaryOperation):
+        if kind is cst.UnaryOperation:
             inner = self.ev(e.expression)
             if isinstance(e.operator, cst.Not):
                 return SCALAR
             return tensor(inner, int64=inner.int64).with_(assumed=inner.assumed, one_element=inner.one_element) \
                 if inner.is_tensor else inner.with_(binding=None)
-        if isinstance(e, cst.BooleanOperation):
+        if kind is cst.BooleanOperation:
             return merge(self.ev(e.left), self.ev(e.right))
-        if isinstance(e, cst.Comparison):
+        if kind is cst.Comparison:
             operands = [self.ev(e.left)] + [self.ev(c.comparator) for c in e.comparisons]
             # `bias is not None`, `k in cache`: a Python bool whatever the operands are.
             if any(isinstance(c.operator, _BOOL_COMPARISONS) for c in e.comparisons):
@@ -965,21 +973,21 @@ class Walker:
             if any(o.is_tensor for o in operands):
                 return tensor(*operands, keep_graph=False)
             return SCALAR
-        if isinstance(e, cst.IfExp):
+        if kind is cst.IfExp:
             self.ev(e.test)
             return merge(self.ev(e.body), self.ev(e.orelse))
-        if isinstance(e, (cst.Tuple, cst.List, cst.Set)):
+        if kind is cst.Tuple or kind is cst.List or kind is cst.Set:
             return self._sequence(e.elements)
-        if isinstance(e, cst.Dict):
+        if kind is cst.Dict:
             values = [self.ev(el.value) for el in e.elements if isinstance(el, cst.DictElement)]
             return Val(Kind.CONTAINER, elements=tuple(values))
-        if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        if kind in _COMPREHENSIONS:
             return self._comprehension(e)
-        if isinstance(e, cst.NamedExpr):
+        if kind is cst.NamedExpr:
             value = self.ev(e.value)
             self._bind(e.target, value, None)
             return value
-        if isinstance(e, cst.Await):
+        if kind is cst.Await:
             return self.ev(e.expression)
         return UNKNOWN
 

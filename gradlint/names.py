@@ -21,10 +21,10 @@ def code(node: cst.CSTNode) -> str:
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:  # exact types: isinstance on libcst's classes goes through ABCMeta
         parts.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name):
+    if type(node) is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))

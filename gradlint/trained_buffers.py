@@ -26,7 +26,7 @@ import libcst as cst
 from gradlint.names import dotted
 from gradlint.prescan import assigned_paths, child_nodes
 
-_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_NESTED = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _ADDING = frozenset({"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"})
 _EMPTYING = frozenset({"clear"})
 _NEW_CONTAINERS = frozenset({"list", "dict", "set", "deque", "collections.deque", "defaultdict",
@@ -118,10 +118,11 @@ class Facts:
         self.sources.setdefault(target, []).append((self._at, _read_names(value)))
 
     def _visit(self, node: cst.CSTNode) -> None:
-        if isinstance(node, _NESTED):
+        kind = type(node)  # exact types, once per node: isinstance on libcst's classes goes through ABCMeta
+        if kind in _NESTED:
             return
         self._at += 1
-        if isinstance(node, (cst.For, cst.While)):
+        if kind is cst.For or kind is cst.While:
             self._visit_header(node)
             self._loops += 1
             self._visit(node.body)
@@ -129,18 +130,18 @@ class Facts:
             if node.orelse is not None:
                 self._visit(node.orelse)
             return
-        if isinstance(node, cst.Assign):
+        if kind is cst.Assign:
             for target in node.targets:
                 self._bind(target.target, node.value)
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+        elif (kind is cst.AugAssign or kind is cst.AnnAssign) and node.value is not None:
             self._bind(node.target, node.value)
-        elif isinstance(node, cst.CompFor):
+        elif kind is cst.CompFor:
             self._bind(node.target, node.iter)
-        elif isinstance(node, cst.Del):
+        elif kind is cst.Del:
             self._delete(node.target)
-        elif isinstance(node, cst.Global):
+        elif kind is cst.Global:
             self._globals.update(n.name.value for n in node.names)
-        elif isinstance(node, cst.Call):
+        elif kind is cst.Call:
             self._call(node)
         for child in child_nodes(node):
             self._visit(child)

@@ -194,3 +194,19 @@ def test_nodes_made_outside_a_parse_are_still_validated():
         parse.parse("x = (\n")
     with pytest.raises(cst.CSTValidationError):
         cst.SimpleWhitespace("\n")
+
+
+def test_the_node_classes_read_by_exact_type_have_no_subclasses():
+    # The hot walks test libcst nodes by exact type (`type(e) is cst.Call`, flow._LITERALS): an
+    # isinstance goes through ABCMeta, several times the cost. That reads a node right only while
+    # no class of libcst derives from the one tested: checked here on the installed libcst.
+    import re
+
+    from gradlint import flow
+
+    root = Path(__file__).resolve().parents[1]
+    named = {name for package in ("gradlint", "rules") for path in (root / package).rglob("*.py")
+             for name in re.findall(r"\bis (?:not )?cst\.(\w+)", path.read_text())}
+    classes = {getattr(cst, name) for name in named} | flow._LITERALS | flow._COMPREHENSIONS
+    assert cst.Call in classes and cst.SimpleString in classes  # the search finds what is there
+    assert {c.__name__: c.__subclasses__() for c in classes if c.__subclasses__()} == {}
