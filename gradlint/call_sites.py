@@ -51,7 +51,7 @@ def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
 def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic) -> None:
     # A module-level function, not a closure calling itself: that closure is a reference cycle,
     # and through `found` it would keep the whole tree alive until the cyclic collector ran
-    # (tests/test_engine.py checks that a lint leaves no tree to it).
+    # (tests/test_reference_cycles.py checks that a lint leaves no tree to it).
     kind = type(node)
     if kind is cst.FunctionDef:
         for decorator in node.decorators:

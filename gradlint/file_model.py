@@ -1562,7 +1562,7 @@ def blocks_of(statement: cst.CSTNode) -> Iterator:
 
 # The statement walks below recurse through module-level functions, never through a closure that
 # calls itself: such a closure is a reference cycle, and it would keep the tree it walked alive
-# until the cyclic collector ran (tests/test_engine.py checks that a lint leaves none).
+# until the cyclic collector ran (tests/test_reference_cycles.py checks that a lint leaves none).
 
 def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
     """The function's own return statements that can run (nested functions excluded, and any

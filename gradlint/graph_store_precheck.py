@@ -30,7 +30,9 @@ GL102 and GL101) and lints each both ways, with no difference. The last one it s
 another module keeping its argument in its own module's global (`remember(loss)`), is a call site
 whose keeping the project answers (prechecks.def_may_keep_arguments: the def, or what it names of
 its module, has a store by its symbols on CPython's tree); taking every such call instead would
-have let torch's 51 files pass, the corpus' 922 of 1,688; asked, 37 and 603 (34 and 515 before).
+have let torch's 51 files pass, the corpus' 922 of 1,688; asked, 39 and 649 (34 and 515 before).
+Five shapes a review found it missing are test_project's (a global handed to a helper, an import
+after the call, a capitalized alias, star imports).
 Keep _GraphValues in step with flow.py: a source of graph-attached values it does not know drops
 findings (tests/test_prechecks.py runs the corpus and that bench).
 Why a second evaluation and not a syntactic gate (measured 2026-12-04, torch 2.13's 2,285 files, one
@@ -53,7 +55,8 @@ from functools import cached_property, lru_cache
 from typing import Iterator, NamedTuple
 
 from gradlint.torch_api import is_module_base
-from gradlint.prechecks import children, def_may_keep_arguments, dotted as _dotted, training_header, walk
+from gradlint.prechecks import (children, def_may_keep_arguments, dotted as _dotted, elsewhere_asked, training_header,
+                                walk)
 from gradlint.flow import looks_like_module
 from gradlint.torch_api import (CHECKPOINT_FUNCTIONS, CONTAINER_STORING_METHODS, FORWARD_HOOK_REGISTRATIONS, DETACHED_ATTRIBUTES, DETACHING_METHODS, FUNCTION_BASES,
                                 MODULE_ONLY_METHODS, MODULE_RETURNING_METHODS, NN_NOT_MODULES, PARAMETER_CONSTRUCTORS, SCALAR_METHODS,
@@ -65,17 +68,18 @@ def may_store_across_steps(tree: ast.Module) -> bool:
     """Whether some function (or the top level) may store a graph-attached value where it
     outlives the step. A no means neither GL103 nor GL104 can report anything in the file."""
     global _last_answer
-    if _last_answer is None or _last_answer[0]() is not tree:
+    asked = id(elsewhere_asked())  # the answer rests on the project asked too
+    if _last_answer is None or _last_answer[0]() is not tree or _last_answer[1] != asked:
         facts = _FileFacts(tree)
         try:
-            _last_answer = (weakref.ref(tree), any(scope.may_keep_graph(facts) for scope in facts.scopes))
+            _last_answer = (weakref.ref(tree), asked, any(scope.may_keep_graph(facts) for scope in facts.scopes))
         finally:
             facts.release()
-    return _last_answer[1]
+    return _last_answer[2]
 
 
 # GL103 and GL104 ask of the same tree one after the other: the second gets the first's answer.
-_last_answer: tuple[weakref.ref, bool] | None = None
+_last_answer: tuple[weakref.ref, int, bool] | None = None
 
 
 # What a store site keeps, for the function it is in (see _Scope.store_outlives_step).
@@ -150,7 +154,8 @@ class _Scope:
         self._module_params: dict[str, _Kinds] | None = None
 
     def may_keep_graph(self, facts: _FileFacts) -> bool:
-        imported = [site for site in self.sites if site.kind == _IMPORTED_DEF]
+        imported = [site for site in self.sites if site.kind == _IMPORTED_DEF
+                    and facts.from_elsewhere(site.target.partition(".")[0], site.target)]
         lasting = [site for site in self.sites if site.kind != _IMPORTED_DEF and self.store_outlives_step(site, facts)]
         if not (lasting or imported) or not self.may_make_graph(facts):
             return False
@@ -708,7 +713,7 @@ class _FileFacts:
     def release(self) -> None:
         """Unlink what links back (a class and its methods' scopes, the facts and the values
         worked out with them): those cycles would keep the file's tree alive until the cyclic
-        collector ran, where dropping the facts now frees it (tests/test_engine.py checks it)."""
+        collector ran, where dropping the facts now frees it (tests/test_reference_cycles.py checks it)."""
         for cls in self.classes:
             cls.methods.clear()
         self._values.clear()
@@ -854,8 +859,9 @@ class _FileFacts:
 
     def from_elsewhere(self, head: str, name: str) -> bool:
         """Whether `name` (headed `head` as written) may come from another module than torch: its
-        head imported from one, or, with a star import, a plain name nothing else binds."""
-        return head in self.foreign or ("*" in self.foreign and "." not in name)
+        head imported from one, or, with a star import, bound by it (a star-imported module's own
+        import too: `utils.remember` where it did `from app import utils`)."""
+        return head in self.foreign or "*" in self.foreign
 
     @cached_property
     def module_class_names(self) -> set[str]:
@@ -931,10 +937,11 @@ class _FileFacts:
             if scope.owner is not None and _is_text(node.args[1]):
                 self.method_stores.add(node.args[1].value)
         name = _dotted(func) if arguments else None
-        if name is not None and not name.rpartition(".")[2][:1].isupper() \
-                and self.from_elsewhere(name.partition(".")[0], name):
-            # `remember(loss)`, `utils.remember(loss)`: a def of another module (a capitalized name
-            # is a class, as FileModel.imported_call tells them), which may keep it there.
+        if name is not None:
+            # `remember(loss)`, `utils.remember(loss)`: maybe a def of another module, which may
+            # keep it there. Whether the name is imported is asked once the whole file is read (an
+            # import may come after the call); capitalized or not (`import remember as Remember`:
+            # FileModel.imported_call tells a class by the name it resolves to).
             scope.sites.append(_Site(_IMPORTED_DEF, name, arguments, loops))
         scope.called.append(func)
         scope.calls.append(node)

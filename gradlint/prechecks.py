@@ -75,6 +75,12 @@ def asking(elsewhere: Elsewhere | None) -> Iterator[None]:
         _elsewhere.reset(token)
 
 
+def elsewhere_asked() -> Elsewhere | None:
+    """The project the prechecks run now ask (a precheck that remembers an answer per tree keeps
+    it for this one only)."""
+    return _elsewhere.get()
+
+
 def def_may_keep_arguments(written: str) -> bool:
     """Elsewhere.def_may_keep_arguments of the project the engine set; yes with none set."""
     elsewhere = _elsewhere.get()

@@ -174,10 +174,12 @@ class Statement:
 # What a def given a value may keep past the call, as FileModel.call_result keeps a walk's events
 # for its caller (_outlives_the_call): a store into an attribute (`self.x = v`, `obj.x = v`), a
 # name declared global or nonlocal, or a container that is no local of the def (a global's, an
-# attribute's: `SEEN.append(v)`, `self.buf[k] = v`); setattr. Read from the syntax alone, widened:
-# a local is a parameter or a name the def binds itself (what Python counts local), any other
-# container may be a global.
+# attribute's: `SEEN.append(v)`, `self.buf[k] = v`), or one it hands to a def or method of its
+# module or takes as a default (a helper adding to its parameter adds to it); setattr. Read from the syntax alone,
+# widened: a local is a parameter or a name the def binds itself (what Python counts local), any
+# other container may be a global.
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_HANDED = frozenset({ast.Name, ast.Attribute, ast.Subscript})  # a container a call may be handed
 _SCOPES = (*_DEFS, ast.ClassDef)
 
 
@@ -192,15 +194,20 @@ def _python_tree(source: str, path: str) -> ast.Module | None:
             return None
 
 
-def _may_store(statement: ast.stmt) -> bool:
+def _may_store(statement: ast.stmt, defs: frozenset[str]) -> bool:
     """Whether a def or class of the module (each def in it, nested ones and lambdas too) may keep
     a value it is given past the call. A def of another module that cannot is never walked for a
-    keep: FileModel.imported_call finds nothing kept of the call's arguments."""
-    return any(isinstance(node, _DEFS) and _def_may_store(node) for node in walk(statement))
+    keep: FileModel.imported_call finds nothing kept of the call's arguments. `defs`: the
+    module's defs and classes kept with it (the calls flow follows there)."""
+    return any(isinstance(node, _DEFS) and _def_may_store(node, defs) for node in walk(statement))
 
 
-def _def_may_store(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> bool:
+def _def_may_store(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, defs: frozenset[str]) -> bool:
     arguments = function.args
+    positional = (*arguments.posonlyargs, *arguments.args)
+    first = positional[0].arg if positional else None  # a method's self
+    if any(type(default) in _HANDED for default in (*arguments.defaults, *arguments.kw_defaults)):
+        return True  # `def add(v, buf=SEEN)`: flow binds the global (file_model._global_default)
     local = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
                              *(a for a in (arguments.vararg, arguments.kwarg) if a is not None))}
     own: list[ast.AST] = []
@@ -230,6 +237,14 @@ def _def_may_store(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
             if type(func) is ast.Attribute and func.attr in STORING_METHODS and kept(func.value):
                 return True
             if type(func) is ast.Name and func.id == "setattr":
+                return True
+            # `_push(HISTORY, v)`, `self._push(self.buf, v)`: what a def or method of the module adds
+            # to its parameter is added to what the call handed it (flow follows those calls with
+            # its keep), which may outlive the call.
+            followed = (type(func) is ast.Name and func.id in defs) or (
+                type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == first)
+            handed = (*node.args, *(k.value for k in node.keywords))
+            if followed and any(type(a) in _HANDED and kept(a) for a in handed):
                 return True
     return False
 
@@ -379,7 +394,7 @@ class ModuleFacts:
         if found is None:
             tree = _python_tree(self._kept_source(wanted), self.path)
             found = self._kept_keeps[key] = tree is None or any(
-                _may_store(statement) for statement in tree.body if isinstance(statement, _SCOPES))
+                _may_store(statement, key) for statement in tree.body if isinstance(statement, _SCOPES))
         return found
 
     def model_text_holds(self, name: str, words: tuple[str, ...]) -> bool:
@@ -886,7 +901,7 @@ class PrecheckAnswers:
     def _targets(self, written: str) -> list[str]:
         """What `written` may name, as FileModel qualifies a call: through an import anywhere in
         the file (a def's own `from .utils import remember` too; each, where two bind the name),
-        or, for a plain name no import binds, in each module the file star-imports."""
+        and through what each module the file star-imports binds (project.star_bindings)."""
         if self._imports is None:
             dotted = self._begun().current
             package = dotted if os.path.basename(self._path) == "__init__.py" else dotted.rpartition(".")[0]
@@ -906,10 +921,14 @@ class PrecheckAnswers:
                         if type(block) is list:
                             statements.extend(reversed(block))
         head, _, rest = written.partition(".")
-        targets = self._imports.get(head)
-        if targets:
-            return sorted(f"{target}.{rest}" if rest else target for target in targets)
-        return [] if rest else [f"{star}.{written}" for star in self._stars]
+        # An import binds the head, or a star import does: FileModel lets a later star import
+        # rebind what an import bound, so both are asked.
+        heads = set(self._imports.get(head, ()))
+        for star in self._stars:
+            bound = self._begun().star_bindings(star).get(head)
+            if bound is not None:
+                heads.add(bound)
+        return sorted(f"{target}.{rest}" if rest else target for target in heads)
 
 
 # The part a place looked at in vain is recorded with: the module must still be missing there (or

@@ -397,3 +397,46 @@ def test_whether_a_def_of_another_module_may_keep_its_argument_is_read_from_its_
     assert project.function_may_keep_arguments("app.utils.f") is keeps
     assert project.function_may_keep_arguments("app.utils.missing") is False
     assert project.function_may_keep_arguments("numpy.mean") is False
+
+
+_KEEPS = "SEEN = []\n\n\ndef remember(value):\n    SEEN.append(value)\n"
+
+
+@pytest.mark.parametrize("modules, imports, call, bottom", [
+    pytest.param({"utils": "HISTORY = []\n\n\ndef _push(buf, item):\n    buf.append(item)\n\n\n"
+                           "def remember(value, tag='loss'):\n    key, item = tag, value\n    _push(HISTORY, item)\n"},
+                 "from app.utils import remember", "remember(loss)", "", id="a global handed to a helper"),
+    pytest.param({"utils": _KEEPS}, "", "remember(loss)", "from app.utils import remember  # noqa: E402\n",
+                 id="imported after the call"),
+    pytest.param({"utils": _KEEPS}, "from app.utils import remember as Remember", "Remember(loss)", "",
+                 id="a capitalized alias"),
+    pytest.param({"utils": _KEEPS, "common": "from app import utils\n"}, "from app.common import *",
+                 "utils.remember(loss)", "", id="a module bound by a star import"),
+    pytest.param({"utils": _KEEPS, "utils2": "def remember(value):\n    print(value)\n"},
+                 "from app.utils2 import remember\nfrom app.utils import *", "remember(loss)", "",
+                 id="an import a star import rebinds"),
+])
+def test_the_precheck_turns_away_no_keep_of_another_modules_def(tmp_path: Path, monkeypatch, modules, imports, call,
+                                                                 bottom):
+    """Shapes a review found the precheck's question about other modules' defs missed (the analysis
+    alone reported each): what it asks must be all the analysis can follow."""
+    from gradlint import engine
+    from gradlint.config import Settings
+    from gradlint.engine import RuleSet, lint_source
+
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (tmp_path / "app" / f"{name}.py").write_text(text)
+    train = tmp_path / "app" / "train.py"
+    train.write_text(f"import torch\n{imports}\n\nmodel = torch.nn.Linear(2, 2)\n"
+                     "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n\ndef train(loader):\n"
+                     "    for x in loader:\n        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+                     f"        {call}\n{bottom}")
+    ruleset = RuleSet.from_settings(Settings())
+    gated = [(f.code, f.line) for f in lint_source(train.read_text(), str(train), ruleset).findings]
+    monkeypatch.setattr(engine, "_prechecked", lambda rules, tree: rules)
+    alone = [(f.code, f.line) for f in lint_source(train.read_text(), str(train), ruleset).findings]
+    assert alone and alone[0][0] == "GL103", alone  # the analysis follows the call into app/
+    assert gated == alone
