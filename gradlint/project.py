@@ -175,9 +175,9 @@ class Statement:
 # for its caller (_outlives_the_call): a store into an attribute (`self.x = v`, `obj.x = v`), a
 # name declared global or nonlocal, or a container that is no local of the def (a global's, an
 # attribute's: `SEEN.append(v)`, `self.buf[k] = v`), or one it hands to a def or method of its
-# module or takes as a default (a helper adding to its parameter adds to it); setattr. Read from the syntax alone,
-# widened: a local is a parameter or a name the def binds itself (what Python counts local), any
-# other container may be a global.
+# module or takes as a default (a helper adding to its parameter adds to it); setattr. Read from
+# the syntax alone, widened: a local is a parameter or a name the def binds itself (what Python
+# counts local), any other container may be a global.
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _HANDED = frozenset({ast.Name, ast.Attribute, ast.Subscript})  # a container a call may be handed
 _SCOPES = (*_DEFS, ast.ClassDef)
