@@ -156,7 +156,8 @@ class _Scope:
     def may_keep_graph(self, facts: _FileFacts) -> bool:
         imported = [site for site in self.sites if site.kind == _IMPORTED_DEF
                     and facts.from_elsewhere(site.target.partition(".")[0], site.target)]
-        lasting = [site for site in self.sites if site.kind != _IMPORTED_DEF and self.store_outlives_step(site, facts)]
+        lasting = [site for site in self.sites
+                   if site.kind != _IMPORTED_DEF and self.store_outlives_step(site, facts)]
         if not (lasting or imported) or not self.may_make_graph(facts):
             return False
         # A call of another module's def keeps what it is given only where the project says that
@@ -183,8 +184,6 @@ class _Scope:
 
     def store_outlives_step(self, site: _Site, facts: _FileFacts) -> bool:
         kind, target, loops = site.kind, site.target, site.loops
-        if kind == _IMPORTED_DEF:  # flow's KeptElsewhere for imported_call: where that def keeps it
-            return def_may_keep_arguments(target)
         if kind == _METHOD_CALL:  # flow's KeptElsewhere: the receiver's, which may be anything but a local
             return self._name_outlives(target.id, loops, param_outlives=True) if isinstance(target, ast.Name) else True
         if kind == _CONTAINER:

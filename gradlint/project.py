@@ -884,6 +884,7 @@ class PrecheckAnswers:
         self.project: Project | None = None  # begun on the file: the analysis goes on with it
         self._imports: dict[str, set[str]] | None = None  # a name an import binds -> what it may name
         self._stars: list[str] = []
+        self._star_bindings: list[dict[str, str]] = []
         self._answers: dict[str, bool] = {}
 
     def def_may_keep_arguments(self, written: str) -> bool:
@@ -920,12 +921,14 @@ class PrecheckAnswers:
                         block = getattr(node, field, None)
                         if type(block) is list:
                             statements.extend(reversed(block))
+            # What each star-imported module binds, read once for the file (not once per call asked).
+            self._star_bindings = [self._begun().star_bindings(star) for star in self._stars]
         head, _, rest = written.partition(".")
         # An import binds the head, or a star import does: FileModel lets a later star import
         # rebind what an import bound, so both are asked.
         heads = set(self._imports.get(head, ()))
-        for star in self._stars:
-            bound = self._begun().star_bindings(star).get(head)
+        for bindings in self._star_bindings:
+            bound = bindings.get(head)
             if bound is not None:
                 heads.add(bound)
         return sorted(f"{target}.{rest}" if rest else target for target in heads)
