@@ -19,7 +19,7 @@ import libcst as cst
 from gradlint.file_model import FileModel, blocks_of
 from gradlint.flow import AttributeStore, KeptElsewhere, NameStore, may_leave_the_iteration
 from gradlint.graph_containers import KeptInstead
-from gradlint.lifetimes import holder_name, later_use, outlives_step, runs_in_forward
+from gradlint.lifetimes import forward_input, holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.prescan import descendants
 from gradlint.rewrites import code, kept_value
 from gradlint.trained_buffers import container_key
@@ -84,6 +84,8 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
                         walk.role.kind == "module_method" and isinstance(walk.function, cst.FunctionDef)
                         and model.runs_in_forward(walk.function))):
                     continue  # GL102 owns a module's own attributes, in forward and what it calls
+                if forward_input(walk, event.owner_name):
+                    continue  # `data.x = conv(data.x)`: the caller's batch, fresh every step
                 if walk.made_afresh(event.owner_name, event.attribute, event):
                     continue  # rebound from scratch earlier in every call: no chain across calls
                 if event.owner_name == walk.role.self_name and walk.role.kind == "module_method" \

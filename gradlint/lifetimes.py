@@ -165,6 +165,20 @@ def later_use(model, walk: Walk, name: str | None, scope: str) -> LaterUse:
     return _unknown(unknown) if unknown else LaterUse(False, False, floats_do)
 
 
+def forward_input(walk: Walk, name: str | None) -> bool:
+    """Whether `name` (or the head of `batch.x`) is an input of an nn.Module's forward: the data
+    of one call, whose lifetime is the caller's. A loader gives a fresh batch every step, so
+    PyG's `data.x = conv(data.x)` and timm's DLA `children.append(x)` keep nothing past it; as
+    forward inputs are not assumed graph-attached (precision first), nor are they assumed to
+    outlive the step."""
+    if walk.role.kind != "module_forward" or not name or not isinstance(walk.function, cst.FunctionDef):
+        return False
+    head = name.split(".")[0]
+    params = walk.function.params
+    return head != walk.role.self_name and any(
+        param.name.value == head for param in (*params.posonly_params, *params.params, *params.kwonly_params))
+
+
 def runs_in_forward(model, walk: Walk) -> bool:
     """An nn.Module's forward, or a method of the module that forward runs: what it keeps may be
     what the output is computed from, and `.detach()` there stops training through it."""

@@ -34,14 +34,6 @@ def train(policy, env, optimizer, episodes):
             log_probs.append(m.log_prob(action))
             state, reward, done = env.step(action)
         finish_episode(optimizer, log_probs, torch.ones(len(log_probs)))
-class Encoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-    def forward(self, x, cache):
-        h = torch.relu(self.lin(x))
-        cache.append(h)
-        return h
 def collect(model, loader, optimizer):
     seen = []
     for x in loader:
@@ -71,7 +63,10 @@ Flags a graph-attached tensor (a loss, a model output, anything computed from th
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop (or before a rollout loop,
 where it keeps every environment step's graph), a module-level global, an attribute, a closure
-variable, or a parameter (the caller's list). A helper of the same file
+variable, or a parameter (the caller's list), unless it is an input of a Module's forward: the
+data of one call, fresh from the loader every step (DLA's `children.append(x)`, PyG's
+`x_dict["user"] = ...` in forward; as forward inputs are not assumed graph-attached, nor are
+they assumed to outlive the step). A helper of the same file
 that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
 `buf.append(value)`) is reported at the call, where the list is known; so is one left to a
 default that names a module-level list (`def log_loss(value, buf=HISTORY)`). A def or a method
@@ -144,6 +139,26 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # A forward's inputs are one call's data: the parent's list is made afresh per call (timm's
+        # DLA Tree), a batch is fresh from the loader every step.
+        """
+import torch
+from torch import nn
+class Tree(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x, children=None):
+        children = [] if children is None else children
+        h = torch.relu(self.lin(x))
+        children.append(h)
+        return torch.cat(children)
+def train(model, loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+""",
         # A hook's handle, not a tensor: register_* methods of a module return None or a handle
         # (torch's fsdp keeps them in lists), `forward_` in the name notwithstanding.
         """
@@ -581,7 +596,7 @@ class Trainer:
         self.outputs.append(out)
         self.probs.append(out.softmax(dim=-1).detach())
 """),
-        Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "cache.append(h)", "seen.append(loss)"),
+        Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "seen.append(loss)"),
                 fixed=_LEFT_ALONE),
         Invalid("""
 class Trainer:

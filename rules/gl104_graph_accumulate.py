@@ -31,7 +31,9 @@ not reported. A reset per epoch (outside the loop around the update) or a first-
 initialisation (`if total is None:`, `if not hasattr(self, "total"):`) is none: still an error.
 A meter of another module of the project (`meter.update(loss)`, whose `update` does
 `self.sum += value * n`) chains onto the meter: reported at the call, with the line of that
-method in the message, unless the meter is made afresh on every step. Only in a file that shows
+method in the message, unless the meter is made afresh on every step. An attribute of a Module
+forward's input is the caller's data for one call (PyG's `data.x = conv(data.x)`, a batch fresh
+from the loader every step): not reported. Only in a file that shows
 training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
 criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported. Code under
 `torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method, a Lightning
@@ -84,6 +86,24 @@ code; otherwise the finding stays, without a fix:
 - Never in a Module's forward or a method it runs.
 """
     VALID = (
+        # PyG: a forward rewrites its batch's features; the loader gives a new batch every step.
+        """
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, data):
+        data.x = torch.relu(self.lin(data.x))
+        data.x = data.x + self.lin(data.x)
+        return data.x.sum()
+def train(model, loader, optimizer):
+    for data in loader:
+        loss = model(data)
+        loss.backward()
+        optimizer.step()
+""",
         # A helper that only the class's inference_mode method calls runs with grad off.
         """
 import torch
