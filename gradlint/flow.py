@@ -81,6 +81,22 @@ def looks_like_module(name: str) -> bool:
     return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last.lstrip("_"))
 
 
+def _absent_key(test: cst.BaseExpression) -> tuple[bool, tuple[str | None, str]] | None:
+    """`k not in c` (True: its body runs where the key is absent) or `k in c` (False: its else
+    does), as (the container's dotted name, the key's code); None for any other test."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    if type(target.operator) is cst.NotIn:
+        absent = True
+    elif type(target.operator) is cst.In:
+        absent = False
+    else:
+        return None
+    container = dotted(target.comparator)
+    return (absent, (container, code(test.left))) if container is not None else None
+
+
 @dataclass(frozen=True)
 class Loop:
     node: cst.For | cst.While
@@ -148,6 +164,9 @@ class ContainerAdd:
     overwrites: bool = False  # `d["last"] = v`, `buf[0] = v`: replaces one slot, does not grow
     through: str | None = None  # the helper of this file that adds to it: `keep(history, loss)`
     origin: cst.CSTNode | None = None  # and the helper's own statement that adds
+    # A memo: stored only where the key is absent (`if k not in cache: cache[k] = v`,
+    # `cache.setdefault(k, v)`), never replaced: one value per key, whatever the steps.
+    memo: bool = False
 
 
 @dataclass(frozen=True)
@@ -510,6 +529,7 @@ class Walker:
         self.scan = walk.model.prescan(function)
         self.params: set[str] = set()
         self._condition_depth = 0  # inside how many if/except/case/loop bodies
+        self._absent: list[tuple[str | None, str]] = []  # (container, key) an enclosing `if k not in c` tests
         self._passes: list[_Iteration] = [_Iteration(None, 0)]
         self._rewalks = 0
         self._sums: dict[int, tuple[Val, Val]] = {}  # `a + b` -> what a and b are (see _operand)
@@ -543,16 +563,29 @@ class Walker:
             self.ev(node.test)
             test = isinstance_test(node.test)
             before = dict(self.env)
+            absent = _absent_key(node.test)
             with self._narrowing(test, True):
-                in_body = self._conditional(node.body.body)
+                if absent is not None and absent[0]:
+                    self._absent.append(absent[1])
+                try:
+                    in_body = self._conditional(node.body.body)
+                finally:
+                    if absent is not None and absent[0]:
+                        self._absent.pop()
             after_body, self.env = self.env, dict(before)  # the else branch does not see the body's bindings
             orelse = node.orelse
             in_orelse: set[str] = set()
             with self._narrowing(test, False):
-                if isinstance(orelse, cst.If):
-                    in_orelse = self._conditional([orelse])
-                elif orelse is not None:
-                    in_orelse = self._conditional(orelse.body.body)
+                if absent is not None and not absent[0]:  # `if k in cache: ... else: cache[k] = v`
+                    self._absent.append(absent[1])
+                try:
+                    if isinstance(orelse, cst.If):
+                        in_orelse = self._conditional([orelse])
+                    elif orelse is not None:
+                        in_orelse = self._conditional(orelse.body.body)
+                finally:
+                    if absent is not None and not absent[0]:
+                        self._absent.pop()
             self.env = _join(before, after_body, self.env)
             if orelse is not None:
                 # bound on both paths: after the `if`, a name read in this pass reads this pass's value
@@ -848,7 +881,9 @@ class Walker:
                 fixed_key = isinstance(key, (cst.Integer, cst.SimpleString)) or (
                     isinstance(key, cst.Name) and self.scope_of(key.value) == "closure"
                     and key.value not in self.scan.declared_nonlocal)  # `nonlocal step; step += 1`: a new key
-                self._container_add(target.value, "setitem", value, line, overwrites=fixed_key)
+                memo = key is not None and (dotted(target.value), code(key)) in self._absent \
+                    and self._same_every_iteration(key)
+                self._container_add(target.value, "setitem", value, line, overwrites=fixed_key, memo=memo)
             elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
                 # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
                 name = target.value.value
@@ -896,9 +931,15 @@ class Walker:
                     self._where(line), self.ev(container.value), dotted(container.value) or "?",
                     container.attr.value, value, augmented=True, target=container))
 
+    def _same_every_iteration(self, key: cst.BaseExpression) -> bool:
+        """Whether a memo's key reads no name an enclosing loop binds afresh: a key made per
+        iteration (`if step not in seen: seen[step] = loss`) adds one value per step."""
+        fresh = set().union(*(loop.fresh_names for loop in self.loops)) if self.loops else set()
+        return fresh.isdisjoint(self.model.names_in(key))
+
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
                        overwrites: bool = False, through: str | None = None,
-                       origin: cst.CSTNode | None = None) -> None:
+                       origin: cst.CSTNode | None = None, memo: bool = False) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -909,14 +950,14 @@ class Walker:
         else:
             return  # a container we cannot name: a call result, a subscript of one
         self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites,
-                                             through, origin))
+                                             through, origin, memo))
 
     def _kept_by(self, call: cst.Call, helper: str):
         """What a helper of this file adds to a container its caller passed (`keep(history, loss)`)
         is added here, at the call, to the caller's container."""
         def keep(container: cst.BaseExpression, add: ContainerAdd) -> None:
             self._container_add(container, add.method, add.value, call, add.overwrites, through=helper,
-                                origin=add.where.node)
+                                origin=add.where.node, memo=add.memo)
         return keep
 
     def _note_item(self, container: cst.BaseExpression, receiver: Val, item: Val) -> None:
@@ -1354,7 +1395,8 @@ class Walker:
             if isinstance(container, cst.Name) and container.value in self.scan.item_backward_roots \
                     and method in ("append", "insert") and value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not self.no_grad:
                 value = value.with_(kind=Kind.TENSOR, graph=True)  # `losses[-1].backward()` later: a graph
-            self._container_add(e.func.value, method, value, e)
+            memo = method == "setdefault" and bool(positional) and bool(e.args) and self._same_every_iteration(e.args[0].value)
+            self._container_add(e.func.value, method, value, e, memo=memo)
             self._note_item(e.func.value, receiver, value if method in ("append", "insert") else value.element(None))
             return SCALAR
         if receiver.kind is Kind.MODULE:

@@ -65,8 +65,8 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
             if keep is not None:
                 yield elsewhere.stored, keep
         for event in walk.of(ContainerAdd):
-            if event.where.no_grad or not event.value.holds_graph():
-                continue
+            if event.where.no_grad or not event.value.holds_graph() or event.memo:
+                continue  # a memo holds one value per key, never one per step
             if event.scope == "self-attribute" and runs_in_forward(model, walk):
                 continue  # GL102 reports a module keeping its own activations
             if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
@@ -92,7 +92,7 @@ def _kept_elsewhere(walk, event: KeptElsewhere) -> ContainerKeep | None:
     (`self.items.append(x)` in a buffer's `add`: `buffer.items`), or that module's global."""
     stored = event.stored
     if not isinstance(stored, ContainerAdd) or event.where.no_grad or not stored.value.holds_graph() \
-            or stored.container_name is None:
+            or stored.container_name is None or stored.memo:
         return None
     head, _, rest = stored.container_name.partition(".")
     if stored.scope == "self-attribute" and event.receiver is not None and head == event.self_name:

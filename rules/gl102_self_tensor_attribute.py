@@ -42,6 +42,9 @@ What torch 2.13 does, measured:
 
 Values computed under `torch.no_grad()`, `.detach()`ed values and buffer updates under
 `no_grad` are fine. A Module's forward inputs are not assumed graph-attached (precision first).
+A memo is fine too: a value stored only where its key is absent (`if k not in self.cache:
+self.cache[k] = v`, `self.cache.setdefault(k, v)`) is never replaced, so the cache holds one
+value per key (timm's per-device attention-bias caches), not one per step.
 
 ## Example
 ```python
@@ -65,6 +68,30 @@ class Encoder(nn.Module):
 ```
 """
     VALID = (
+        # timm's attention-bias cache: filled once per device, never replaced.
+        """
+import torch
+from torch import nn
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.biases = nn.Parameter(torch.zeros(4, 16))
+        self.register_buffer("idxs", torch.zeros(8, 8, dtype=torch.long))
+        self.cache = {}
+        self.by_dtype = {}
+    def get_biases(self, device):
+        key = str(device)
+        if key not in self.cache:
+            self.cache[key] = self.biases[:, self.idxs]
+        return self.cache[key]
+    def forward(self, x):
+        if x.dtype in self.by_dtype:
+            pass
+        else:
+            self.by_dtype[x.dtype] = self.biases * 2
+        self.by_dtype.setdefault(x.device, self.biases * 3)
+        return x + self.get_biases(x.device).sum() + self.by_dtype[x.dtype].sum()
+""",
         """
 import torch
 from torch import nn

@@ -79,7 +79,9 @@ count too: the caller loops. What a module's forward keeps on itself counts as g
 when it is read back from an instance of that class in the same file
 (`history.append(model.last_logits)` after `self.last_logits = logits`). A store into one fixed
 slot (`last["loss"] = loss`) replaces the previous step's value and is reported as a warning: it
-holds one step's graph, not all of them. Only in a file that shows training: a `.backward(`,
+holds one step's graph, not all of them. A memo, stored only where its key is absent (`if k not
+in cache: cache[k] = v`, `cache.setdefault(k, v)`), keeps one value per key and is not reported
+unless its key is made afresh in the loop (`if step not in seen: seen[step] = loss` grows). Only in a file that shows training: a `.backward(`,
 `autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
 `loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
 helpers usually called under `no_grad`) nothing is reported.
@@ -598,6 +600,32 @@ class Trainer:
 """),
         Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "seen.append(loss)"),
                 fixed=_LEFT_ALONE),
+        # A memo keyed by the step adds one value per step; keyed by a constant, one for good.
+        Invalid("""
+import torch
+def train(model, loader, optimizer):
+    seen = {}
+    first = {}
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if step not in seen:
+            seen[step] = loss
+        first.setdefault("loss", loss)
+""", ("seen[step] = loss",), fixed="""
+import torch
+def train(model, loader, optimizer):
+    seen = {}
+    first = {}
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if step not in seen:
+            seen[step] = loss.item()
+        first.setdefault("loss", loss)
+"""),
         Invalid("""
 class Trainer:
     def step(self, batch):
