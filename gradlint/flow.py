@@ -167,6 +167,16 @@ class ContainerAdd:
     # A memo: stored only where the key is absent (`if k not in cache: cache[k] = v`,
     # `cache.setdefault(k, v)`), never replaced: one value per key, whatever the steps.
     memo: bool = False
+    key: str | None = None  # `d[k] = v`: k's code, which a later `d.pop(k)` or `del d[k]` names
+
+
+@dataclass(frozen=True)
+class ContainerRemove:
+    """`d.pop(k)`, `del d[k]` (key: k's code) or `d.clear()` (key None) on a container named so."""
+
+    where: Where
+    container_name: str
+    key: str | None
 
 
 @dataclass(frozen=True)
@@ -213,7 +223,7 @@ class FunctionApplied:
 
 
 Event = AttributeStore | NameStore | ContainerAdd | SavedForBackward | MarkedNonDifferentiable | ReturnValue \
-    | FunctionApplied
+    | FunctionApplied | ContainerRemove
 
 
 @dataclass
@@ -262,6 +272,24 @@ class Walk:
                 return False
             if isinstance(event, AttributeStore) and not event.augmented and event.where.depth == 0 \
                     and (event.owner_name, event.attribute) == (owner, attribute) and target not in event.value.reads:
+                return True
+        return False
+
+    def removed_in_the_call(self, added: ContainerAdd) -> bool:
+        """Whether what `added` stores by key is taken out again later in the same call, on every
+        path from the store (same loops, in no branch of its own, no return between): DGL's
+        `g.ndata["h"] = h; g.update_all(...); h = g.ndata.pop("h")` keeps nothing past the call."""
+        if added.key is None or added.container_name is None:
+            return False
+        after = False
+        for event in self.events:
+            if event is added:
+                after = True
+            elif after and isinstance(event, ReturnValue):
+                return False
+            elif after and isinstance(event, ContainerRemove) and event.container_name == added.container_name \
+                    and event.key in (added.key, None) and event.where.loops == added.where.loops \
+                    and event.where.depth == len(event.where.loops):
                 return True
         return False
 
@@ -627,6 +655,8 @@ class Walker:
             self._augmented(node, line)
         elif isinstance(node, cst.Expr):
             self.ev(node.value)
+        elif isinstance(node, cst.Del):
+            self._deleted(node.target, line)
         elif isinstance(node, cst.Return):
             value = self.ev(node.value) if node.value is not None else SCALAR
             self.walk.events.append(ReturnValue(self._where(line), value))
@@ -883,7 +913,8 @@ class Walker:
                     and key.value not in self.scan.declared_nonlocal)  # `nonlocal step; step += 1`: a new key
                 memo = key is not None and (dotted(target.value), code(key)) in self._absent \
                     and self._same_every_iteration(key)
-                self._container_add(target.value, "setitem", value, line, overwrites=fixed_key, memo=memo)
+                self._container_add(target.value, "setitem", value, line, overwrites=fixed_key, memo=memo,
+                                    key=code(key) if key is not None else None)
             elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
                 # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
                 name = target.value.value
@@ -931,6 +962,17 @@ class Walker:
                     self._where(line), self.ev(container.value), dotted(container.value) or "?",
                     container.attr.value, value, augmented=True, target=container))
 
+    def _deleted(self, target: cst.BaseExpression, line: cst.CSTNode) -> None:
+        """`del d[k]` (and each of `del d[k], e[j]`): the entry is gone."""
+        if isinstance(target, cst.Tuple):
+            for element in target.elements:
+                self._deleted(element.value, line)
+        elif isinstance(target, cst.Subscript) and len(target.slice) == 1 \
+                and isinstance(target.slice[0].slice, cst.Index):
+            removed = dotted(target.value)
+            if removed is not None:
+                self.walk.events.append(ContainerRemove(self._where(line), removed, code(target.slice[0].slice.value)))
+
     def _same_every_iteration(self, key: cst.BaseExpression) -> bool:
         """Whether a memo's key reads no name an enclosing loop binds afresh: a key made per
         iteration (`if step not in seen: seen[step] = loss`) adds one value per step."""
@@ -939,7 +981,7 @@ class Walker:
 
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
                        overwrites: bool = False, through: str | None = None,
-                       origin: cst.CSTNode | None = None, memo: bool = False) -> None:
+                       origin: cst.CSTNode | None = None, memo: bool = False, key: str | None = None) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -950,7 +992,7 @@ class Walker:
         else:
             return  # a container we cannot name: a call result, a subscript of one
         self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites,
-                                             through, origin, memo))
+                                             through, origin, memo, key))
 
     def _kept_by(self, call: cst.Call, helper: str):
         """What a helper of this file adds to a container its caller passed (`keep(history, loss)`)
@@ -1382,6 +1424,11 @@ class Walker:
             elif method == "mark_non_differentiable":
                 self.walk.events.append(MarkedNonDifferentiable(self._where(e), tuple(v for _, v in args)))
             return SCALAR
+        if method in ("pop", "clear") and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN):
+            removed = dotted(e.func.value)
+            if removed is not None and (method == "clear" or e.args):
+                key = code(e.args[0].value) if method == "pop" else None
+                self.walk.events.append(ContainerRemove(self._where(e), removed, key))
         if (method in api.CONTAINER_STORING_METHODS and method != "update"
                 and receiver.kind in (Kind.CONTAINER, Kind.UNKNOWN)) \
                 or (method == "update" and receiver.kind is Kind.CONTAINER):

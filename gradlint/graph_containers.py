@@ -67,6 +67,8 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
         for event in walk.of(ContainerAdd):
             if event.where.no_grad or not event.value.holds_graph() or event.memo:
                 continue  # a memo holds one value per key, never one per step
+            if walk.removed_in_the_call(event):
+                continue  # `d["h"] = h; ...; d.pop("h")`: the entry lives within the call
             if event.scope == "self-attribute" and runs_in_forward(model, walk):
                 continue  # GL102 reports a module keeping its own activations
             if event.scope == "self-attribute" and event.container_name.count(".") == 1 \

@@ -60,7 +60,9 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
                 found.append(KeptGraph(event.node, SELF_ATTRIBUTE, target, f"{role.owner_class}.{event.attribute}",
                                        event.augmented or target in event.value.reads, rests_on(event.value)))
             elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" and event.value.holds_graph() \
-                    and not event.memo:  # a memo (`if k not in self.cache`) keeps one value per key
+                    and not event.memo and not walk.removed_in_the_call(event):
+                # a memo (`if k not in self.cache`) keeps one value per key; DGL's
+                # `self.g.ndata["x"] = h ... self.g.ndata.pop("x")` keeps nothing past the call
                 found.append(KeptGraph(event.where.node, SELF_CONTAINER, event.container_name,
                                        f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}", True,
                                        rests_on(event.value)))

@@ -42,7 +42,9 @@ What torch 2.13 does, measured:
 
 Values computed under `torch.no_grad()`, `.detach()`ed values and buffer updates under
 `no_grad` are fine. A Module's forward inputs are not assumed graph-attached (precision first).
-A memo is fine too: a value stored only where its key is absent (`if k not in self.cache:
+So is an entry taken out again on every path later in the same call (DGL's `self.g.ndata["h"]
+= h; self.g.update_all(...); h = self.g.ndata.pop("h")`, `del`, `clear()`). A memo is fine too:
+a value stored only where its key is absent (`if k not in self.cache:
 self.cache[k] = v`, `self.cache.setdefault(k, v)`) is never replaced, so the cache holds one
 value per key (timm's per-device attention-bias caches), not one per step.
 
@@ -141,6 +143,34 @@ class Net(nn.Module):
 """,
     )
     INVALID = (
+        # DGL's message passing on a graph kept on the module: what is popped on every path after
+        # the store lives one call (gcn), what is popped only on some (a branch) or after a
+        # return may stay, and what is never popped stays.
+        Invalid("""
+import torch
+from torch import nn
+class GCNConv(nn.Module):
+    def __init__(self, g, dim):
+        super().__init__()
+        self.g = g
+        self.weight = nn.Parameter(torch.randn(dim, dim))
+    def forward(self, x, keep=False):
+        self.g.ndata["x"] = x @ self.weight
+        self.g.update_all(self.msg, self.reduce)
+        x = self.g.ndata.pop("x")
+        self.g.ndata["h"] = x @ self.weight
+        if not keep:
+            del self.g.ndata["h"]
+        self.g.edata["e"] = x @ self.weight
+        if keep:
+            return x
+        self.g.edata.pop("e")
+        self.g.ndata["y"] = x @ self.weight
+        self.g.ndata.clear()
+        self.g.ndata["z"] = x @ self.weight
+        return x
+""", ('self.g.ndata["h"] = x @ self.weight', 'self.g.edata["e"] = x @ self.weight',
+      'self.g.ndata["z"] = x @ self.weight')),
         # A module whose base lives in another file (it builds nn layers on self), storing from a
         # method its forward calls.
         Invalid("""
