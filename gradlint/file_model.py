@@ -1292,30 +1292,40 @@ class FileModel:
 
     @cached_property
     def _no_grad_by_callers(self) -> set[int]:
-        """Methods whose every caller in their class runs with grad off: a helper only the class's
+        """Methods whose every caller in the file runs with grad off: a helper only the class's
         `@torch.inference_mode()` methods call (megatron's forward_pass_* under run_one_forward_step,
-        read as a GL104 loop before). Transitively. A method that no other method of its class
-        calls by name is not one; a name called on any object counts as a caller (`called_names`),
-        which can only keep a method out."""
-        result: set[int] = set()
+        read as a GL104 loop before), or a model's `inference` only a `@torch.no_grad()` function of
+        the file calls (PyG's layer-wise inference, read as a GL103 loop before). Transitively. A
+        method that nothing in the file calls by name is not one; a name called on any object
+        counts as a caller (`called_names`), and so does the module's top level, which is never
+        off: both can only keep a method out."""
+        off: set[int] = set()
+        methods: dict[str, list[cst.FunctionDef]] = {}  # methods of the file's classes, by name
         for info in self._top_classes_by_name.values():
             module = self._modules_by_node.get(id(info.node))
-            off = {id(method) for name, method in info.methods.items()
-                   if _decorated_no_grad(method, self.imports)
-                   or (module is not None and module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS)}
-            callers: dict[str, list[cst.FunctionDef]] = {}
             for name, method in info.methods.items():
-                for called in self.prescan(method).called_names & info.methods.keys() - {name}:
-                    callers.setdefault(called, []).append(method)
-            changed = True
-            while changed:
-                changed = False
-                for name, calling in callers.items():
-                    method = info.methods[name]
-                    if id(method) not in off and all(id(c) in off for c in calling):
-                        off.add(id(method))
-                        result.add(id(method))
-                        changed = True
+                methods.setdefault(name, []).append(method)
+                if module is not None and module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
+                    off.add(id(method))
+        callers: dict[str, list[int]] = {}
+        for function, _, _ in self._all_functions:
+            if _decorated_no_grad(function, self.imports):
+                off.add(id(function))
+            for called in self.prescan(function).called_names & methods.keys() - {function.name.value}:
+                callers.setdefault(called, []).append(id(function))
+        for called in self.prescan(self.module).called_names & methods.keys():
+            callers.setdefault(called, []).append(id(self.module))
+        result: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, calling in callers.items():
+                if all(c in off for c in calling):
+                    for method in methods[name]:
+                        if id(method) not in off:
+                            off.add(id(method))
+                            result.add(id(method))
+                            changed = True
         return result
 
     def runs_in_forward(self, function: cst.FunctionDef) -> bool:

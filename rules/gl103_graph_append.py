@@ -84,7 +84,9 @@ in cache: cache[k] = v`, `cache.setdefault(k, v)`), keeps one value per key and 
 unless its key is made afresh in the loop (`if step not in seen: seen[step] = loss` grows). Only in a file that shows training: a `.backward(`,
 `autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
 `loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
-helpers usually called under `no_grad`) nothing is reported.
+helpers usually called under `no_grad`) nothing is reported. Code under `torch.no_grad()` makes
+no graph: a block, a decorated def, and a method that only such code of the file calls (PyG's
+layer-wise `inference`, called only from a `@torch.no_grad()` test function).
 
 ## Why is this bad?
 Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd
@@ -141,6 +143,35 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # PyG's layer-wise inference: a method every caller in the file runs under no_grad.
+        """
+import torch
+from torch import nn
+class SAGE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+    def forward(self, x):
+        for conv in self.convs:
+            x = conv(x).relu()
+        return x
+    def inference(self, x_all, loader):
+        for conv in self.convs:
+            xs = []
+            for n_id in loader:
+                xs.append(conv(x_all[n_id]).cpu())
+            x_all = torch.cat(xs, dim=0)
+        return x_all
+model = SAGE()
+def train(loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+@torch.no_grad()
+def test(x, loader):
+    return model.inference(x, loader)
+""",
         # A forward's inputs are one call's data: the parent's list is made afresh per call (timm's
         # DLA Tree), a batch is fresh from the loader every step.
         """
@@ -600,6 +631,62 @@ class Trainer:
 """),
         Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "seen.append(loss)"),
                 fixed=_LEFT_ALONE),
+        # The same inference called with grad on (no decorator on its only caller).
+        Invalid("""
+import torch
+from torch import nn
+class SAGE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+    def forward(self, x):
+        for conv in self.convs:
+            x = conv(x).relu()
+        return x
+    def inference(self, x_all, loader):
+        for conv in self.convs:
+            xs = []
+            for n_id in loader:
+                xs.append(conv(x_all[n_id]).cpu())
+            x_all = torch.cat(xs, dim=0)
+        return x_all
+model = SAGE()
+def train(loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+def test(x, loader):
+    return model.inference(x, loader)
+""", ("xs.append(conv(x_all[n_id]).cpu())",), fixed="""
+import torch
+from torch import nn
+class SAGE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+    def forward(self, x):
+        for conv in self.convs:
+            x = conv(x).relu()
+        return x
+    def inference(self, x_all, loader):
+        for conv in self.convs:
+            xs = []
+            for n_id in loader:
+                xs.append(conv(x_all[n_id]).cpu())
+            x_all = torch.cat(xs, dim=0)
+        return x_all
+model = SAGE()
+def train(loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+def test(x, loader):
+    return model.inference(x, loader)
+"""),
         # A memo keyed by the step adds one value per step; keyed by a constant, one for good.
         Invalid("""
 import torch

@@ -37,7 +37,8 @@ from the loader every step): not reported. Only in a file that shows
 training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
 criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported. Code under
 `torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method, a Lightning
-validation hook, and a method that only such methods of its class call (a wrapper's helper).
+validation hook, and a method that only such code of the file calls (a wrapper's helper, a
+model's `inference` called only from a `@torch.no_grad()` function).
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
