@@ -451,6 +451,14 @@ _DETACHING_NAME = re.compile(r"detach|repackage", re.IGNORECASE)
 DETACHED = Val(Kind.TENSOR)  # known graph-free: what .detach() or a detaching helper gives
 
 
+def _new_tensor(int64: bool, keywords: dict) -> Val:
+    """`x.new_zeros(n)`, `torch.zeros_like(x)`: a new leaf with no graph of x's; one made with
+    `requires_grad=True` is graph-free as a parameter is, until an op uses it."""
+    asked = keywords.get("requires_grad")
+    requires_grad = asked is not None and isinstance(asked[0], cst.Name) and asked[0].value == "True"
+    return Val(Kind.TENSOR, int64=int64, param=requires_grad)
+
+
 def _detaches(function: cst.FunctionDef) -> bool:
     """A local helper that calls .detach() (the word-language-model's repackage_hidden)."""
     return bool(_DETACHING_NAME.search(function.name.value)) or any(
@@ -1517,6 +1525,8 @@ class Walker:
             int64 = False
         elif dtype is not None:
             int64 = dtype
+        if method in api.NEW_TENSOR_METHODS:
+            return _new_tensor(int64, keywords)
         if method in api.INDEX_PAIR_METHODS or (method in api.INDEX_PAIR_WITH_DIM and (positional or "dim" in keywords)):
             return self._index_pair(tensor(receiver, *positional))
         if method in api.SPLITTING_METHODS:
@@ -1591,6 +1601,8 @@ class Walker:
             firsts = [positional[0]] if positional else []
             int64 = bool(firsts) and (firsts[0].int64 or (firsts[0].kind is Kind.CONTAINER and bool(firsts[0].members())
                                                             and all(m.int64 for m in firsts[0].members())))
+        if name in api.LIKE_FUNCTIONS:
+            return _new_tensor(int64, keywords)
         return tensor(*sources, int64=int64).with_(one_element=_reduces_fully(name, args, positional, keywords))
 
     def _follow(self, function: cst.FunctionDef, call: cst.Call, args) -> None:

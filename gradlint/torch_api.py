@@ -53,6 +53,14 @@ SCALAR_METHODS = frozenset({
 # `sample`: a draw from what a policy returned (a torch.distributions object) carries no graph;
 # `rsample` does.
 DETACHING_METHODS = frozenset({"detach", "detach_", "cpu_numpy", "sample"})
+# New tensors shaped or typed after their argument, with no autograd history whatever it has: a
+# leaf, requiring grad only when asked (`requires_grad=True`). Measured on torch 2.13: for x with
+# a grad_fn, `x.new_zeros(4)`, `torch.zeros_like(x)` and the rest give requires_grad False, grad_fn None.
+NEW_TENSOR_METHODS = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"})
+LIKE_FUNCTIONS = frozenset({
+    "torch.zeros_like", "torch.ones_like", "torch.empty_like", "torch.full_like", "torch.rand_like",
+    "torch.randn_like", "torch.randint_like",
+})
 VIEW_METHODS = frozenset({
     "view", "view_as", "reshape", "reshape_as", "t", "transpose", "permute", "narrow", "select",
     "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "diagonal",

@@ -70,6 +70,23 @@ class Encoder(nn.Module):
 ```
 """
     VALID = (
+        # New tensors shaped after the output carry none of its graph (SuperGATConv's labels).
+        """
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, x):
+        out = self.lin(x)
+        self.att_y = out.new_zeros(out.size(0))
+        self.att_y[:2] = 1.0
+        self.mask = torch.zeros_like(out, dtype=torch.bool)
+        self.noise = torch.randn_like(out)
+        self.leaf = out.new_ones(3, requires_grad=True)
+        return out
+""",
         # timm's attention-bias cache: filled once per device, never replaced.
         """
 import torch

@@ -43,3 +43,19 @@ def test_the_inner_tensors_of_torchs_subclasses_are_what_their_annotations_say()
         hints = typing.get_type_hints(cls)
         tensors = {a for a, hint in hints.items() if torch.Tensor in typing.get_args(hint) or hint is torch.Tensor}
         assert attributes == tensors, qualified
+
+
+def test_new_tensors_made_after_a_graph_attached_one_carry_no_graph():
+    """flow gives `x.new_zeros(n)` and `torch.zeros_like(x)` no graph of x's (a leaf, a parameter-like
+    one with requires_grad=True): what the installed torch does."""
+    x = torch.randn(3, requires_grad=True) * 2
+    assert x.grad_fn is not None
+    for method in api.NEW_TENSOR_METHODS:
+        made = getattr(x, method)([1.0, 2.0]) if method == "new_tensor" else \
+            getattr(x, method)((4,), 1.0) if method == "new_full" else getattr(x, method)(4)
+        assert made.grad_fn is None and not made.requires_grad, method
+    for name in api.LIKE_FUNCTIONS:
+        function = getattr(torch, name.rsplit(".", 1)[1])
+        made = function(x, 2.0) if name == "torch.full_like" else function(x, 5) if name == "torch.randint_like" \
+            else function(x)
+        assert made.grad_fn is None and not made.requires_grad, name
