@@ -129,6 +129,7 @@ class FileModel:
         self._class_attributes: dict[str, dict[str, Val]] = {}
         self._trained_in: dict[int, set[str]] = {}
         self._single_walks: dict[int, Walk] = {}
+        self._forward_numbers: dict[str, frozenset[int]] = {}  # see forward_numbers
         self._loops: dict[int, object] = {}
         self._names: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
@@ -207,8 +208,9 @@ class FileModel:
                     self._bind_here(target.value)
                     if small.value is not None:
                         self._module_values[target.value] = self._module_level_value(small.value)
-                        if isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name):
-                            self._instances[target.value] = small.value.func.value
+                        made = _constructed(small.value)
+                        if isinstance(made, cst.Call) and isinstance(made.func, cst.Name):
+                            self._instances[target.value] = made.func.value
                         if isinstance(small.value, cst.Call):  # `meter = utils.AverageMeter()` too
                             self._instance_of[target.value] = dotted(small.value.func)
                         else:
@@ -1421,6 +1423,24 @@ class FileModel:
             found = self._loops[id(node)] = _loop_info(node, scan, self.names_in)
         return found
 
+    def forward_numbers(self, class_name: str) -> frozenset[int]:
+        """The places of the tuple a module class of this file returns from forward that hold a
+        Python number on every return (`return out, attn_loss, out.size(0) / x.size(0)`): calling
+        an instance gives a graph-attached output, but not there (PyG's pooling ratio, summed
+        across steps as a number). Empty when unknown, or while the forward's own walk asks."""
+        found = self._forward_numbers.get(class_name)
+        if found is None:
+            self._forward_numbers[class_name] = frozenset()  # a forward calling its own class: unknown
+            method = self.method_of(class_name, "forward") if class_name in self.module_class_names else None
+            places: set[int] | None = None
+            for event in self.walk_of(method[0]).of(ReturnValue) if method is not None else ():
+                value = event.value
+                numbers = {i for i, e in enumerate(value.elements) if e.kind is Kind.SCALAR and not e.none} \
+                    if value.kind is Kind.CONTAINER else set()
+                places = numbers if places is None else places & numbers
+            found = self._forward_numbers[class_name] = frozenset(places or ())
+        return found
+
     def walk_of(self, function: cst.FunctionDef | None) -> Walk:
         """The plain walk of one def (None: the module's top level), without walking the rest of
         the file: a rule that asks about a few calls walks only the functions they are in."""
@@ -1513,6 +1533,15 @@ def leading_params(function: cst.FunctionDef) -> int:
 
 def _is_static(function: cst.FunctionDef) -> bool:
     return any(dotted(d.decorator) in ("staticmethod",) for d in function.decorators)
+
+
+def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net(...)` in `Net(...).to(device).train()`: what a module's own `.to()`, `.cuda()`, ...
+    return is the module they are called on."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in api.MODULE_RETURNING_METHODS and isinstance(value.func.value, cst.Call):
+        value = value.func.value
+    return value
 
 
 def _decorated_no_grad(function: cst.FunctionDef, imports: ImportTable) -> bool:

@@ -48,6 +48,7 @@ class FileFacts(Protocol):
     def declared_value(self, annotation: cst.BaseExpression, value: Val = ...) -> Val: ...
     def global_value(self, name: str) -> Val: ...
     def stores_graph_on_self(self, module_class: str, attribute: str) -> bool: ...
+    def forward_numbers(self, class_name: str) -> frozenset[int]: ...
     def returns_int64(self, name: str) -> bool: ...
 
 
@@ -1264,8 +1265,14 @@ class Walker:
             callee = UNKNOWN
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
             # (a tensor only assumed, unless the module is one of torch's losses: see _loss_module)
-            return tensor(*positional, Val(graph=True, origin=callee.origin)).with_(assumed=not callee.one_element,
-                                                              one_element=callee.one_element)
+            output = tensor(*positional, Val(graph=True, origin=callee.origin)).with_(assumed=not callee.one_element,
+                                                                                    one_element=callee.one_element)
+            numbers = self.model.forward_numbers(callee.module_class) if callee.module_class else frozenset()
+            if numbers:  # a tuple whose numbers the forward of this file's class shows
+                return Val(Kind.CONTAINER, elements=tuple(
+                    SCALAR if i in numbers else view(output) for i in range(max(numbers) + 1)),
+                    item=view(output), reads=output.reads)
+            return output
         return UNKNOWN
 
     def _follow_imported(self, qualified: str, call: cst.Call, args) -> None:
@@ -1456,7 +1463,8 @@ class Walker:
             return SCALAR
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:
-                return Val(Kind.MODULE)
+                # `Net().to(device)` is that Net: its class goes with it (`apply` too returns self)
+                return Val(Kind.MODULE, module_class=receiver.module_class, origin=receiver.origin)
             if method.startswith("register_"):
                 # nn.Module's register_buffer, register_forward_pre_hook, ...: None or a handle,
                 # whatever `forward_` in the name suggests (torch's fsdp keeps the handles in lists)
