@@ -74,8 +74,8 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
             if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
                     and walk.made_afresh(*event.container_name.split("."), event):
                 continue  # `self.outs = []` first in the method: it holds one call's values
-            if event.scope == "param" and forward_input(walk, event.container_name):
-                continue  # the caller's data for this call (`children.append(x)` in a forward)
+            if event.scope in ("param", "attribute") and forward_input(walk, event.container_name):
+                continue  # the caller's data for this call (`children.append(x)`, `g.ndata["h"] = h`)
             why = outlives_step(event.scope, event.container_name, event.where)
             if why is None:
                 continue

@@ -143,6 +143,25 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # DGL: a batched graph from the loader, new every step, carries the features on its ndata.
+        """
+import torch
+from torch import nn
+class GCN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    def forward(self, g, h):
+        h = torch.relu(self.lin(h))
+        g.ndata["h"] = h
+        g.edata["w"] = h.sum()
+        return h
+def train(model, loader, optimizer):
+    for g, h in loader:
+        loss = model(g, h).sum()
+        loss.backward()
+        optimizer.step()
+""",
         # PyG's layer-wise inference: a method every caller in the file runs under no_grad.
         """
 import torch
