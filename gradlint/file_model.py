@@ -23,7 +23,7 @@ from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.project import Project, module_name_of
-from gradlint.names import ImportTable, dotted
+from gradlint.names import ImportTable, code, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
 
 
@@ -1288,9 +1288,34 @@ class FileModel:
             role.kind = "module_forward" if name == "forward" else "module_method"
             if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
                 role.no_grad = True
-        if _decorated_no_grad(function, self.imports) or id(function) in self._no_grad_by_callers:
+        if self.decorated_no_grad(function) or id(function) in self._no_grad_by_callers:
             role.no_grad = True
         return role
+
+    def decorated_no_grad(self, function: cst.FunctionDef) -> bool:
+        """`@torch.no_grad()`, `@torch.inference_mode()`, or a decorator of the project made to run
+        its def so: a def of this file or another module whose text names `no_grad` or
+        `inference_mode` (yolov5's `@smart_inference_mode()` from utils/torch_utils.py returns
+        `(torch.inference_mode if torch_1_9 else torch.no_grad)()(fn)`). One that may run it with
+        grad on some calls only (`torch.no_grad() if flag else nullcontext()`) counts too: quiet
+        where the analysis cannot tell."""
+        if _decorated_no_grad(function, self.imports):
+            return True
+        for decorator in function.decorators:
+            expr = decorator.decorator
+            target = expr.func if isinstance(expr, cst.Call) else expr
+            if not isinstance(target, cst.Name):
+                continue
+            name = target.value
+            own = self.functions.get(name)
+            if own is not None:
+                if any(word in code(own) for word in _NO_GRAD_WORDS):
+                    return True
+            else:
+                qualified = self._imported_as(name)
+                if qualified is not None and self.project.def_text_holds(qualified, _NO_GRAD_WORDS):
+                    return True
+        return False
 
     @cached_property
     def _no_grad_by_callers(self) -> set[int]:
@@ -1311,7 +1336,7 @@ class FileModel:
                     off.add(id(method))
         callers: dict[str, list[int]] = {}
         for function, _, _ in self._all_functions:
-            if _decorated_no_grad(function, self.imports):
+            if self.decorated_no_grad(function):
                 off.add(id(function))
             for called in self.prescan(function).called_names & methods.keys() - {function.name.value}:
                 callers.setdefault(called, []).append(id(function))
@@ -1542,6 +1567,10 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
             and value.func.attr.value in api.MODULE_RETURNING_METHODS and isinstance(value.func.value, cst.Call):
         value = value.func.value
     return value
+
+
+# What a decorator of the project that turns grad off says in its text (FileModel.decorated_no_grad).
+_NO_GRAD_WORDS = ("no_grad", "inference_mode")
 
 
 def _decorated_no_grad(function: cst.FunctionDef, imports: ImportTable) -> bool:

@@ -696,6 +696,17 @@ class Project:
         found = self._top_def(qualified)
         return found is not None and found.module.model_text_holds(found.name, words)
 
+    def def_text_holds(self, qualified: str, words: tuple[str, ...]) -> bool:
+        """Whether `qualified` is a top-level def of a project module whose own lines (its
+        decorators and body, not the module's imports) hold one of `words`. Nothing is parsed."""
+        found = self._top_def(qualified)
+        if found is None:
+            return False
+        self._note_part(found.module, f"text:{found.name}")
+        statement = found.module.symbols.statements[found.name]
+        text = "".join(found.module.lines[statement.first - 1:statement.last])
+        return any(word in text for word in words)
+
     def function_may_keep_arguments(self, qualified: str) -> bool:
         """Whether `qualified` is a top-level def of a project module that may keep what a caller
         gives it past the call (`ModuleFacts.may_keep_arguments`): where it is not, FileModel's

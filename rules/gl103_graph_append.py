@@ -85,7 +85,9 @@ unless its key is made afresh in the loop (`if step not in seen: seen[step] = lo
 `autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
 `loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
 helpers usually called under `no_grad`) nothing is reported. Code under `torch.no_grad()` makes
-no graph: a block, a decorated def, and a method that only such code of the file calls (PyG's
+no graph: a block, a decorated def (also by a decorator of the project whose def names
+`no_grad` or `inference_mode`: yolov5's `@smart_inference_mode()`), and a method that only such
+code of the file calls (PyG's
 layer-wise `inference`, called only from a `@torch.no_grad()` test function).
 
 ## Why is this bad?

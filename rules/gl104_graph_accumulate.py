@@ -36,7 +36,8 @@ forward's input is the caller's data for one call (PyG's `data.x = conv(data.x)`
 from the loader every step): not reported. Only in a file that shows
 training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
 criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported. Code under
-`torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method, a Lightning
+`torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method (also by a
+decorator of the project whose def names either: yolov5's `@smart_inference_mode()`), a Lightning
 validation hook, and a method that only such code of the file calls (a wrapper's helper, a
 model's `inference` called only from a `@torch.no_grad()` function).
 
