@@ -1457,7 +1457,9 @@ class Walker:
             if isinstance(container, cst.Name) and container.value in self.scan.item_backward_roots \
                     and method in ("append", "insert") and value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not self.no_grad:
                 value = value.with_(kind=Kind.TENSOR, graph=True)  # `losses[-1].backward()` later: a graph
-            memo = method == "setdefault" and bool(e.args) and self._same_every_iteration(e.args[0].value)
+            first = e.args[0] if e.args else None  # the key: `d.setdefault(*pair)` has none to read
+            memo = method == "setdefault" and first is not None and first.keyword is None and first.star == "" \
+                and self._same_every_iteration(first.value)
             self._container_add(e.func.value, method, value, e, memo=memo)
             self._note_item(e.func.value, receiver, value if method in ("append", "insert") else value.element(None))
             return SCALAR
