@@ -130,6 +130,7 @@ class FileModel:
         self._trained_in: dict[int, set[str]] = {}
         self._single_walks: dict[int, Walk] = {}
         self._forward_numbers: dict[str, frozenset[int]] = {}  # see forward_numbers
+        self._no_grad_decorated: dict[int, bool] = {}  # see decorated_no_grad
         self._loops: dict[int, object] = {}
         self._names: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
@@ -1299,6 +1300,12 @@ class FileModel:
         `(torch.inference_mode if torch_1_9 else torch.no_grad)()(fn)`). One that may run it with
         grad on some calls only (`torch.no_grad() if flag else nullcontext()`) counts too: quiet
         where the analysis cannot tell."""
+        found = self._no_grad_decorated.get(id(function))
+        if found is None:  # _role and _no_grad_by_callers both ask, of every def
+            found = self._no_grad_decorated[id(function)] = self._decorated_so(function)
+        return found
+
+    def _decorated_so(self, function: cst.FunctionDef) -> bool:
         if _decorated_no_grad(function, self.imports):
             return True
         for decorator in function.decorators:

@@ -45,6 +45,39 @@ def collect(model, loader, optimizer):
 """
 
 
+# PyG's layer-wise inference, a method of the model whose only caller in the file is decorated
+# `@torch.no_grad()`; and the same with the decorator gone (reported, no fix offered).
+_INFERENCE = """
+import torch
+from torch import nn
+class SAGE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+    def forward(self, x):
+        for conv in self.convs:
+            x = conv(x).relu()
+        return x
+    def inference(self, x_all, loader):
+        for conv in self.convs:
+            xs = []
+            for n_id in loader:
+                xs.append(conv(x_all[n_id]).cpu())
+            x_all = torch.cat(xs, dim=0)
+        return x_all
+model = SAGE()
+def train(loader, optimizer):
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+@torch.no_grad()
+def test(x, loader):
+    return model.inference(x, loader)
+"""
+_INFERENCE_WITH_GRAD = _INFERENCE.replace("@torch.no_grad()\n", "\n")
+
+
 class GraphAppend(Rule):
     code = "GL103"
     name = "graph-append"
@@ -166,34 +199,7 @@ def train(model, loader, optimizer):
         optimizer.step()
 """,
         # PyG's layer-wise inference: a method every caller in the file runs under no_grad.
-        """
-import torch
-from torch import nn
-class SAGE(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
-    def forward(self, x):
-        for conv in self.convs:
-            x = conv(x).relu()
-        return x
-    def inference(self, x_all, loader):
-        for conv in self.convs:
-            xs = []
-            for n_id in loader:
-                xs.append(conv(x_all[n_id]).cpu())
-            x_all = torch.cat(xs, dim=0)
-        return x_all
-model = SAGE()
-def train(loader, optimizer):
-    for x in loader:
-        loss = model(x).sum()
-        loss.backward()
-        optimizer.step()
-@torch.no_grad()
-def test(x, loader):
-    return model.inference(x, loader)
-""",
+        _INFERENCE,
         # A forward's inputs are one call's data: the parent's list is made afresh per call (timm's
         # DLA Tree), a batch is fresh from the loader every step.
         """
@@ -654,61 +660,7 @@ class Trainer:
         Invalid(_LEFT_ALONE, ("log_probs.append(m.log_prob(action))", "seen.append(loss)"),
                 fixed=_LEFT_ALONE),
         # The same inference called with grad on (no decorator on its only caller).
-        Invalid("""
-import torch
-from torch import nn
-class SAGE(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
-    def forward(self, x):
-        for conv in self.convs:
-            x = conv(x).relu()
-        return x
-    def inference(self, x_all, loader):
-        for conv in self.convs:
-            xs = []
-            for n_id in loader:
-                xs.append(conv(x_all[n_id]).cpu())
-            x_all = torch.cat(xs, dim=0)
-        return x_all
-model = SAGE()
-def train(loader, optimizer):
-    for x in loader:
-        loss = model(x).sum()
-        loss.backward()
-        optimizer.step()
-
-def test(x, loader):
-    return model.inference(x, loader)
-""", ("xs.append(conv(x_all[n_id]).cpu())",), fixed="""
-import torch
-from torch import nn
-class SAGE(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.convs = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
-    def forward(self, x):
-        for conv in self.convs:
-            x = conv(x).relu()
-        return x
-    def inference(self, x_all, loader):
-        for conv in self.convs:
-            xs = []
-            for n_id in loader:
-                xs.append(conv(x_all[n_id]).cpu())
-            x_all = torch.cat(xs, dim=0)
-        return x_all
-model = SAGE()
-def train(loader, optimizer):
-    for x in loader:
-        loss = model(x).sum()
-        loss.backward()
-        optimizer.step()
-
-def test(x, loader):
-    return model.inference(x, loader)
-"""),
+        Invalid(_INFERENCE_WITH_GRAD, ("xs.append(conv(x_all[n_id]).cpu())",), fixed=_INFERENCE_WITH_GRAD),
         # A memo keyed by the step adds one value per step; keyed by a constant, one for good.
         Invalid("""
 import torch

@@ -8,6 +8,29 @@ from gradlint.findings import Applicability, Severity
 from gradlint.rule import FixPlan, Hit, Invalid, Replace, Rule
 
 
+# PyG's pooling examples: the model returns its output and a ratio of sizes (no fix is offered).
+_RATIO = """
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+    def forward(self, x):
+        out = self.lin(x)
+        return out, out.size(0) / x.size(0)
+model = Net().to("cpu")
+def train(loader, optimizer):
+    total_ratio, total_out = 0, 0
+    for x in loader:
+        out, ratio = model(x)
+        loss = out.sum()
+        loss.backward()
+        optimizer.step()
+        total_ratio += ratio
+        total_out += out
+"""
+
 class GraphAccumulate(Rule):
     code = "GL104"
     name = "graph-accumulate"
@@ -208,47 +231,7 @@ class Stateful:
     INVALID = (
         # PyG's pooling examples: the model (`Net().to(device)`) returns its output and a ratio of
         # sizes; the ratio is a number, the output is not.
-        Invalid("""
-import torch
-from torch import nn
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 1)
-    def forward(self, x):
-        out = self.lin(x)
-        return out, out.size(0) / x.size(0)
-model = Net().to("cpu")
-def train(loader, optimizer):
-    total_ratio, total_out = 0, 0
-    for x in loader:
-        out, ratio = model(x)
-        loss = out.sum()
-        loss.backward()
-        optimizer.step()
-        total_ratio += ratio
-        total_out += out
-""", ("total_out += out",), fixed="""
-import torch
-from torch import nn
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 1)
-    def forward(self, x):
-        out = self.lin(x)
-        return out, out.size(0) / x.size(0)
-model = Net().to("cpu")
-def train(loader, optimizer):
-    total_ratio, total_out = 0, 0
-    for x in loader:
-        out, ratio = model(x)
-        loss = out.sum()
-        loss.backward()
-        optimizer.step()
-        total_ratio += ratio
-        total_out += out
-"""),
+        Invalid(_RATIO, ("total_out += out",), fixed=_RATIO),
         # A reset a `continue` can skip does not run every step.
         Invalid("""
 import torch
