@@ -17,7 +17,7 @@ import libcst as cst
 from gradlint import parse, torch_api as api
 from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
-from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, foreign_arguments,
+from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, disables_grad, foreign_arguments,
                            looks_like_module, walk_called)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
@@ -1329,10 +1329,11 @@ class FileModel:
         """Methods whose every caller in the file runs with grad off: a helper only the class's
         `@torch.inference_mode()` methods call (megatron's forward_pass_* under run_one_forward_step,
         read as a GL104 loop before), or a model's `inference` only a `@torch.no_grad()` function of
-        the file calls (PyG's layer-wise inference, read as a GL103 loop before). Transitively. A
-        method that nothing in the file calls by name is not one; a name called on any object
-        counts as a caller (`called_names`), and so does the module's top level, which is never
-        off: both can only keep a method out."""
+        the file calls (PyG's layer-wise inference, read as a GL103 loop before), or calls inside
+        `with torch.no_grad():` (PyG's distributed sampling example, whose test function is not
+        decorated). Transitively. A method that nothing in the file calls by name is not one; a
+        name called on any object counts as a caller (`called_names`), and so does the module's
+        top level, which is off only inside such a `with`: both can only keep a method out."""
         off: set[int] = set()
         methods: dict[str, list[cst.FunctionDef]] = {}  # methods of the file's classes, by name
         for info in self._top_classes_by_name.values():
@@ -1342,13 +1343,15 @@ class FileModel:
                 if module is not None and module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
                     off.add(id(method))
         callers: dict[str, list[int]] = {}
+        # A call inside `with torch.no_grad():` is a caller with grad off, whatever the def it is in.
+        off.add(_OFF_BLOCK)
         for function, _, _ in self._all_functions:
             if self.decorated_no_grad(function):
                 off.add(id(function))
-            for called in self.prescan(function).called_names & methods.keys() - {function.name.value}:
-                callers.setdefault(called, []).append(id(function))
-        for called in self.prescan(self.module).called_names & methods.keys():
-            callers.setdefault(called, []).append(id(self.module))
+            for called, grad_on in self._calls_of(self.prescan(function), methods.keys() - {function.name.value}):
+                callers.setdefault(called, []).append(id(function) if grad_on else _OFF_BLOCK)
+        for called, grad_on in self._calls_of(self.prescan(self.module), methods.keys()):
+            callers.setdefault(called, []).append(id(self.module) if grad_on else _OFF_BLOCK)
         result: set[int] = set()
         changed = True
         while changed:
@@ -1361,6 +1364,15 @@ class FileModel:
                             result.add(id(method))
                             changed = True
         return result
+
+    def _calls_of(self, scan: Prescan, names) -> Iterator[tuple[str, bool]]:
+        """Each of `names` the scanned code calls, and whether some call of it may run with grad
+        on as far as the code's own `with` blocks go (True), or every call is inside a `with`
+        that turns grad off (False)."""
+        for name in scan.called_names & names:
+            yield name, name in scan.called_outside_with or any(
+                not any(disables_grad(item.item, self.imports) for block in blocks for item in block.items)
+                for blocks in scan.called_in_with.get(name, ()))
 
     def runs_in_forward(self, function: cst.FunctionDef) -> bool:
         """Whether a Module's method runs as part of its forward: forward itself, or a method of the
@@ -1575,6 +1587,8 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
         value = value.func.value
     return value
 
+
+_OFF_BLOCK = -1  # the id _no_grad_by_callers gives a call made inside `with torch.no_grad():`
 
 # What a decorator of the project that turns grad off says in its text (FileModel.decorated_no_grad).
 _NO_GRAD_WORDS = ("no_grad", "inference_mode")

@@ -538,6 +538,19 @@ def walk_called(model, function: cst.FunctionDef, args: list, walker: type[Walke
     return run
 
 
+
+def disables_grad(expr: cst.BaseExpression, imports: ImportTable) -> bool:
+    """Whether a `with` item turns grad off: `torch.no_grad()`, `torch.inference_mode()`,
+    `torch.set_grad_enabled(False)`."""
+    call = expr if isinstance(expr, cst.Call) else None
+    name = imports.qualify(call.func if call else expr)
+    if name in api.NO_GRAD_CONTEXTS:
+        return True
+    if name in api.SET_GRAD_ENABLED and call and call.args:
+        first = call.args[0].value
+        return isinstance(first, cst.Name) and first.value == "False"
+    return False
+
 class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
 
@@ -827,14 +840,7 @@ class Walker:
         self.no_grad = saved
 
     def _disables_grad(self, expr: cst.BaseExpression) -> bool:
-        call = expr if isinstance(expr, cst.Call) else None
-        name = self.model.imports.qualify(call.func if call else expr)
-        if name in api.NO_GRAD_CONTEXTS:
-            return True
-        if name in api.SET_GRAD_ENABLED and call and call.args:
-            first = call.args[0].value
-            return isinstance(first, cst.Name) and first.value == "False"
-        return False
+        return disables_grad(expr, self.model.imports)
 
     # ----- binding --------------------------------------------------------------------------
 

@@ -111,6 +111,12 @@ class Prescan:
         self.deletes = False
         self.calls_backward = False
         self.called_names: set[str] = set()  # functions and methods called, by their last name
+        # Those called with no `with` around them, and for the rest the `with` statements around
+        # each call (a caller's `with torch.no_grad(): model.inference(...)`: FileModel reads the
+        # contexts through the file's imports, which this pass does not have).
+        self.called_outside_with: set[str] = set()
+        self.called_in_with: dict[str, list[tuple[cst.With, ...]]] = {}
+        self._withs: list[cst.With] = []
         self.applies = False  # calls some `X.apply(...)` (GL206 asks the walk what it passes)
         # Names checked to be int64 where a wrong dtype stops the code: `assert idx.dtype ==
         # torch.long`, `check(t.dtype == torch.int64, ...)`, `if t.dtype != torch.long: raise`.
@@ -153,6 +159,13 @@ class Prescan:
         if kind is cst.If:
             self._ifs += 1
             self._tests.append(_test_names(node.test))
+        if kind is cst.With:  # its items run outside it, its body inside
+            for item in node.items:
+                self._visit(item)
+            self._withs.append(node)
+            self._visit(node.body)
+            self._withs.pop()
+            return
         for child in child_nodes(node):
             self._visit(child)
         if is_loop:
@@ -160,6 +173,13 @@ class Prescan:
         if kind is cst.If:
             self._ifs -= 1
             self._tests.pop()
+
+    def _called(self, name: str) -> None:
+        self.called_names.add(name)
+        if self._withs:
+            self.called_in_with.setdefault(name, []).append(tuple(self._withs))
+        else:
+            self.called_outside_with.add(name)
 
     def _runtime_ifs(self) -> None:
         """A pointer used under ifs whose tests read only values the kernel loaded is a pointer
@@ -325,7 +345,7 @@ class Prescan:
     def _call(self, node: cst.Call) -> None:
         func = node.func
         if isinstance(func, cst.Name):
-            self.called_names.add(func.value)
+            self._called(func.value)
         callee = func.value if isinstance(func, cst.Name) else (
             func.value.value if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) else None)
         if callee is not None and not any(a.star for a in node.args):
@@ -350,7 +370,7 @@ class Prescan:
                 self.atomic_sums.add(dotted(func.value) or "")
         if isinstance(func, cst.Attribute):
             method = func.attr.value
-            self.called_names.add(method)
+            self._called(method)
             if method in STORING_METHODS:
                 self.stores = True
             if method == "backward":

@@ -76,6 +76,12 @@ def test(x, loader):
     return model.inference(x, loader)
 """
 _INFERENCE_WITH_GRAD = _INFERENCE.replace("@torch.no_grad()\n", "\n")
+# The caller turns grad off around the call instead (PyG's distributed sampling example); under
+# `enable_grad()` the same call keeps the graphs.
+_INFERENCE_IN_BLOCK = _INFERENCE.replace(
+    "@torch.no_grad()\ndef test(x, loader):\n    return model.inference(x, loader)\n",
+    "def test(x, loader):\n    model.eval()\n    with torch.no_grad():\n        out = model.inference(x, loader)\n    return out\n")
+_INFERENCE_IN_GRAD_BLOCK = _INFERENCE_IN_BLOCK.replace("torch.no_grad():", "torch.enable_grad():")
 
 
 class GraphAppend(Rule):
@@ -200,6 +206,7 @@ def train(model, loader, optimizer):
 """,
         # PyG's layer-wise inference: a method every caller in the file runs under no_grad.
         _INFERENCE,
+        _INFERENCE_IN_BLOCK,
         # A forward's inputs are one call's data: the parent's list is made afresh per call (timm's
         # DLA Tree), a batch is fresh from the loader every step.
         """
@@ -661,6 +668,7 @@ class Trainer:
                 fixed=_LEFT_ALONE),
         # The same inference called with grad on (no decorator on its only caller).
         Invalid(_INFERENCE_WITH_GRAD, ("xs.append(conv(x_all[n_id]).cpu())",), fixed=_INFERENCE_WITH_GRAD),
+        Invalid(_INFERENCE_IN_GRAD_BLOCK, ("xs.append(conv(x_all[n_id]).cpu())",), fixed=_INFERENCE_IN_GRAD_BLOCK),
         # A memo keyed by the step adds one value per step; keyed by a constant, one for good.
         Invalid("""
 import torch
