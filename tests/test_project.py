@@ -140,6 +140,10 @@ def test_findings_that_rest_on_another_file_name_it():
         "helpers.Stash.output() (helpers.py:31) keeps the output on ctx.out")
     assert messages[("inherits", "lit_train.py", 18)].startswith(
         "super().training_step() (models/regressor.py:13) gives a graph; self.debug keeps every step's graph")
+    # A one-step store whose full message would pass 120 characters drops "until the next".
+    assert messages[("inherits", "probe.py", 17)] == (
+        "self.last keeps a step's graph: Probe is an nn.Module by Regressor (models/regressor.py:6); store .detach()")
+    assert (PROJECTS / "inherits/models/regressor.py").read_text().splitlines()[5].startswith("class Regressor(")
     assert messages[("kernels", "norm.py", 17)].startswith(
         "`_norm_bwd_dw_kernel` (triton_kernels.py:7) in backward: float tl.atomic_add varies gradients")
     assert messages[("kernels", "pool.py", 29)].startswith(
