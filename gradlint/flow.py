@@ -169,6 +169,9 @@ class ContainerAdd:
     # `cache.setdefault(k, v)`), never replaced: one value per key, whatever the steps.
     memo: bool = False
     key: str | None = None  # `d[k] = v`: k's code, which a later `d.pop(k)` or `del d[k]` names
+    # `d[k] = v` into what is known not to be a tensor (a list or dict bound in this file, or a
+    # string key): a slot replaced, never a tensor written in place, which chains (CopySlices)
+    not_tensor: bool = False
 
 
 @dataclass(frozen=True)
@@ -928,8 +931,10 @@ class Walker:
                     and key.value not in self.scan.declared_nonlocal)  # `nonlocal step; step += 1`: a new key
                 memo = key is not None and (dotted(target.value), code(key)) in self._absent \
                     and self._same_every_iteration(key)
+                not_tensor = container.kind is Kind.CONTAINER or isinstance(
+                    key, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
                 self._container_add(target.value, "setitem", value, line, overwrites=fixed_key, memo=memo,
-                                    key=code(key) if key is not None else None)
+                                    key=code(key) if key is not None else None, not_tensor=not_tensor)
             elif line is not None and isinstance(target.value, cst.Name) and value.holds_graph():
                 # `loss_bank[idx] = per_sample` on a tensor: the same chain, on a name
                 name = target.value.value
@@ -996,7 +1001,8 @@ class Walker:
 
     def _container_add(self, container: cst.BaseExpression, method: str, value: Val, line: cst.CSTNode,
                        overwrites: bool = False, through: str | None = None,
-                       origin: cst.CSTNode | None = None, memo: bool = False, key: str | None = None) -> None:
+                       origin: cst.CSTNode | None = None, memo: bool = False, key: str | None = None,
+                       not_tensor: bool = False) -> None:
         name = dotted(container)
         if isinstance(container, cst.Name):
             scope = self.scope_of(container.value)
@@ -1007,7 +1013,7 @@ class Walker:
         else:
             return  # a container we cannot name: a call result, a subscript of one
         self.walk.events.append(ContainerAdd(self._where(line), container, name, scope, method, value, overwrites,
-                                             through, origin, memo, key))
+                                             through, origin, memo, key, not_tensor))
 
     def _kept_by(self, call: cst.Call, helper: str):
         """What a helper of this file adds to a container its caller passed (`keep(history, loss)`)
@@ -1188,7 +1194,9 @@ class Walker:
                     base.elements[0] if base.elements and all(x.kind is base.elements[0].kind for x in base.elements)
                     else None), is_input=base.is_input, reads=base.reads)
             literal = _int_literal(indexes[0]) if len(indexes) == 1 else None
-            return base.element(literal)
+            item = base.element(literal)
+            # read from the container: `self.stats["z"] = self.stats["z"] + z` chains that slot
+            return item.with_(reads=item.reads | base.reads) if base.reads - item.reads else item
         if base.is_tensor:
             if advanced:  # advanced indexing copies
                 return tensor(base, int64=base.int64).with_(assumed=base.assumed)

@@ -62,10 +62,15 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
             elif isinstance(event, ContainerAdd) and event.scope == "self-attribute" and event.value.holds_graph() \
                     and not event.memo and not walk.removed_in_the_call(event):
                 # a memo (`if k not in self.cache`) keeps one value per key; DGL's
-                # `self.g.ndata["x"] = h ... self.g.ndata.pop("x")` keeps nothing past the call
-                found.append(KeptGraph(event.where.node, SELF_CONTAINER, event.container_name,
-                                       f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}", True,
-                                       rests_on(event.value)))
+                # `self.g.ndata["x"] = h ... self.g.ndata.pop("x")` keeps nothing past the call; one
+                # fixed slot of a list or dict (`self.g.ndata["z"] = z`, `self.buf[0] = h`) is replaced
+                # every forward: one step's graph, as an attribute keeps it (a tensor written in place
+                # at a fixed index chains instead, as the doc's CopySlices measure says)
+                slot = event.overwrites and event.not_tensor
+                holder = f"{role.owner_class}.{event.container_name.split('.', 1)[-1]}"
+                found.append(KeptGraph(event.where.node, SELF_ATTRIBUTE if slot else SELF_CONTAINER,
+                                       event.container_name, holder,
+                                       not slot or event.container_name in event.value.reads, rests_on(event.value)))
             elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
                 found.append(KeptGraph(event.where.node, GLOBAL, event.name, event.name, event.chained,
                                        rests_on(event.value)))

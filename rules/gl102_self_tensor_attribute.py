@@ -33,7 +33,8 @@ What torch 2.13 does, measured:
 - A chained update (`self.h = f(self.h)`, `self.ema = 0.99 * self.ema + 0.01 * feat`) links each
   step's graph to the previous one: the graph grows every step until the run dies.
 - A plain `self.cache = h` keeps one step's graph and activations alive until the next step
-  overwrites it (a one-step delay, reported as a warning).
+  overwrites it (a one-step delay, reported as a warning). So does one fixed slot of a list or
+  dict (`self.g.ndata["z"] = z` in DGL's GAT tutorial, `self.buf[0] = h`).
 - Writing into a buffer in place (`self.protos[c] = f.mean(0)`, a MoCo queue filled outside
   `no_grad`) gives the buffer a grad_fn (CopySlices) on top of the last write's: the graph grows
   by 4 nodes every step (406 nodes after 100 steps of a prototype update, measured) and is never

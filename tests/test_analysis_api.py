@@ -541,6 +541,46 @@ def test_graphs_a_module_forward_keeps():
     ]
 
 
+def test_one_fixed_slot_of_a_module_container_keeps_one_step():
+    """A fixed key of a list or dict is replaced every forward (DGL's `self.g.ndata["z"] = z`):
+    one step's graph, as an attribute keeps it, unless the new value reads the slot. Appends keep
+    every step's, and so may a fixed index of what may be a tensor (written in place, it chains)."""
+    model = _model("""
+        import torch.nn as nn
+        class GAT(nn.Module):
+            def __init__(self, g):
+                super().__init__()
+                self.g = g
+                self.fc = nn.Linear(4, 4)
+                self.buf = [None]
+                self.stats = {"z": 0}
+                self.history = []
+            def forward(self, h):
+                z = self.fc(h)
+                self.g.ndata["z"] = z
+                self.buf[0] = z
+                self.stats["z"] = self.stats["z"] + z
+                self.history.append(z)
+                return z
+        class Prototypes(nn.Module):
+            def __init__(self, protos):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+                self.protos = protos  # maybe a tensor: `[0] =` then writes it in place
+            def forward(self, h):
+                z = self.fc(h)
+                self.protos[0] = z.mean(0)
+                return z
+    """)
+    assert [(k.where, k.shown, k.chained) for k in analysis.graph_kept_by_module_forward(model)] == [
+        (analysis.SELF_ATTRIBUTE, "self.g.ndata", False),
+        (analysis.SELF_ATTRIBUTE, "self.buf", False),
+        (analysis.SELF_ATTRIBUTE, "self.stats", True),
+        (analysis.SELF_CONTAINER, "self.history", True),
+        (analysis.SELF_CONTAINER, "self.protos", True),
+    ]
+
+
 def test_graphs_a_training_loop_keeps_past_the_step():
     model = _model("""
         import torch
