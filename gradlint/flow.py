@@ -542,6 +542,15 @@ def walk_called(model, function: cst.FunctionDef, args: list, walker: type[Walke
 
 
 
+def _graph_free(value: Val) -> Val:
+    """What computing `value` under no_grad gives: no graph, nor in the elements of a container
+    (a method walked elsewhere returns `action, logprob, entropy, value`)."""
+    if value.kind is not Kind.CONTAINER:
+        return value.with_(graph=False)
+    return value.with_(graph=False, elements=tuple(_graph_free(e) for e in value.elements),
+                       item=_graph_free(value.item) if value.item is not None else None)
+
+
 def disables_grad(expr: cst.BaseExpression, imports: ImportTable) -> bool:
     """Whether a `with` item turns grad off: `torch.no_grad()`, `torch.inference_mode()`,
     `torch.set_grad_enabled(False)`."""
@@ -1034,8 +1043,8 @@ class Walker:
 
     def ev(self, expr: cst.BaseExpression | None) -> Val:
         value = self._ev(expr) if expr is not None else UNKNOWN
-        if self.no_grad and value.graph:
-            value = value.with_(graph=False)
+        if self.no_grad and (value.graph or value.kind is Kind.CONTAINER and value.holds_graph()):
+            value = _graph_free(value)
         return value
 
     def _ev(self, e: cst.BaseExpression) -> Val:
@@ -1226,6 +1235,10 @@ class Walker:
             if result is not None:
                 return result
             result = self._own_method(e, func, receiver, args)
+            if receiver.kind is Kind.MODULE and (result is None or result.kind is Kind.UNKNOWN and not result.holds_graph()):
+                # `model.compute_loss(out)`: its def, walked, says what each place holds
+                # (`return loss, loss.item(), 0`); where it cannot, the method's name guesses
+                result = self._module_method(func.attr.value, positional) or result
             if result is not None:
                 return result
         else:
@@ -1434,6 +1447,14 @@ class Walker:
             else:
                 self.env[params[0]] = saved
 
+    def _module_method(self, method: str, positional: list[Val]) -> Val | None:
+        """A method of a module whose def cannot be read: by its name, the model's own computation
+        (`model.compute_loss(x, y)`, `model.encode(x)`), or None: `model.encoder(x)`, what the
+        attribute is decides."""
+        if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
+            return tensor(*positional, Val(graph=True)).with_(assumed=True)
+        return None
+
     def _method(self, e, method: str, receiver: Val, args, positional, keywords) -> Val | None:
         if method == "backward" and not positional and "gradient" not in keywords \
                 and isinstance(e.func.value, cst.Name) and e.func.value.value in self.env \
@@ -1480,15 +1501,15 @@ class Walker:
         if receiver.kind is Kind.MODULE:
             if method in api.MODULE_RETURNING_METHODS:
                 # `Net().to(device)` is that Net: its class goes with it (`apply` too returns self)
-                return Val(Kind.MODULE, module_class=receiver.module_class, origin=receiver.origin)
+                return Val(Kind.MODULE, module_class=receiver.module_class, project_class=receiver.project_class,
+                           origin=receiver.origin)
             if method.startswith("register_"):
                 # nn.Module's register_buffer, register_forward_pre_hook, ...: None or a handle,
                 # whatever `forward_` in the name suggests (torch's fsdp keeps the handles in lists)
                 return UNKNOWN
-            if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
-                # `model.compute_loss(x, y)`, `model.encode(x)`: the model's own computation
-                return tensor(*positional, Val(graph=True)).with_(assumed=True)
-            return None  # `model.encoder(x)`: what the attribute is decides
+            if method != "forward" and (receiver.module_class is not None or receiver.project_class is not None):
+                return None  # its class's own method is walked (_own_method), else _module_method guesses
+            return self._module_method(method, positional)
         if method in api.PREPARING_METHODS and positional and receiver.kind is Kind.UNKNOWN \
                 and not any(a.keyword is not None for a, _ in args):
             # `model = accelerator.prepare(model)`: the same objects back, wrapped

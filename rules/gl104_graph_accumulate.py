@@ -31,6 +31,40 @@ def train(loader, optimizer):
         total_out += out
 """
 
+# DGL's hi-lander: a model method returns the loss and its parts as numbers; the totals sum the
+# numbers (the loss itself summed is the leak). An RL rollout takes its log-probs under no_grad.
+_METHOD_NUMBERS = """
+import torch
+from torch import nn
+class Lander(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+    def forward(self, x):
+        return self.lin(x)
+    def compute_loss(self, out):
+        loss = out.pow(2).mean()
+        return loss, loss.item(), out.mean().item()
+    def act(self, x):
+        out = self.lin(x)
+        return out.argmax(-1), out.log_softmax(-1)
+model = Lander().to("cpu")
+def train(loader, optimizer, logprobs):
+    total_val, total_mean, total_loss = 0, 0, 0
+    for step, x in enumerate(loader):
+        loss, val, mean = model.compute_loss(model(x))
+        loss.backward()
+        optimizer.step()
+        total_val += val
+        total_mean += mean
+        total_loss += loss
+        with torch.no_grad():
+            action, logprob = model.act(x)
+        logprobs[step] = logprob
+        logprobs += logprob
+"""
+
+
 class GraphAccumulate(Rule):
     code = "GL104"
     name = "graph-accumulate"
@@ -56,7 +90,11 @@ A meter of another module of the project (`meter.update(loss)`, whose `update` d
 `self.sum += value * n`) chains onto the meter: reported at the call, with the line of that
 method in the message, unless the meter is made afresh on every step. An attribute of a Module
 forward's input is the caller's data for one call (PyG's `data.x = conv(data.x)`, a batch fresh
-from the loader every step): not reported. Only in a file that shows
+from the loader every step): not reported. A method of the model's class (of this file or another
+module of the project, `model.compute_loss(out)`) is read there: the numbers it returns beside
+the loss (`return loss, loss.item(), 0`) are numbers; one whose def cannot be read is taken by its
+name, as a loss or output when it says so (`compute_loss`, `encode`). Nothing a call returns under
+`torch.no_grad()` holds a graph, the items of a tuple neither. Only in a file that shows
 training: a `.backward(`, `autograd.grad`/`autograd.backward`, a `training_step`, or a model,
 criterion or `loss_fn` call's result added (`+`); elsewhere nothing is reported. Code under
 `torch.no_grad()`/`inference_mode()` makes no graph: a block, a decorated method (also by a
@@ -232,6 +270,8 @@ class Stateful:
         # PyG's pooling examples: the model (`Net().to(device)`) returns its output and a ratio of
         # sizes; the ratio is a number, the output is not.
         Invalid(_RATIO, ("total_out += out",), fixed=_RATIO),
+        Invalid(_METHOD_NUMBERS, ("total_loss += loss",),
+                fixed=_METHOD_NUMBERS.replace("total_loss += loss\n", "total_loss += loss.item()\n")),
         # A reset a `continue` can skip does not run every step.
         Invalid("""
 import torch
