@@ -797,11 +797,21 @@ class Project:
     # ----- modules ----------------------------------------------------------------------------
 
     def module(self, dotted: str) -> ModuleFacts | None:
-        key = (self._roots, dotted)
+        found = self._module_in(self._roots, dotted)
+        if found is None and self.anchor not in self._roots:
+            # Last, the checked file's own directory: run as a script (`python train.py`), Python
+            # puts it first on sys.path, so `from models import LANDER` finds the sibling `models/`
+            # even where an `__init__.py` makes the directory a package (DGL's examples/pytorch/
+            # hilander). Kept apart from the roots, which many directories share (see __init__).
+            found = self._module_in((self.anchor,), dotted)
+        return found
+
+    def _module_in(self, roots: tuple[str, ...], dotted: str) -> ModuleFacts | None:
+        key = (roots, dotted)
         if key in self._modules:
             found = self._modules[key]
         else:
-            found = self._modules[key] = self._load(dotted)
+            found = self._modules[key] = self._load(dotted, roots)
         self._note_absent(key, found)
         if found is not None:
             self._note(found)
@@ -814,7 +824,7 @@ class Project:
         absent = self._absent.get(key)
         if absent is None:
             absent = []
-            for candidate in self._candidates(key[1]):
+            for candidate in self._candidates(key[1], key[0]):
                 path = os.path.abspath(candidate)
                 if found is not None and path == found.path:
                     break
@@ -824,10 +834,10 @@ class Project:
             for path, reads in absent:
                 _merge(record, path, reads)
 
-    def _candidates(self, dotted: str) -> list[str]:
+    def _candidates(self, dotted: str, roots: tuple[str, ...]) -> list[str]:
         """Where `dotted` is looked for, in order: in each root, a module file, then a package."""
         relative = dotted.replace(".", os.sep)
-        return [candidate for root in self._roots
+        return [candidate for root in roots
                 for candidate in (os.path.join(root, relative + ".py"), os.path.join(root, relative, "__init__.py"))]
 
     def _note(self, module: ModuleFacts) -> None:
@@ -854,8 +864,8 @@ class Project:
             self._asking.pop()
             self._note(module)
 
-    def _load(self, dotted: str) -> ModuleFacts | None:
-        for candidate in self._candidates(dotted):
+    def _load(self, dotted: str, roots: tuple[str, ...]) -> ModuleFacts | None:
+        for candidate in self._candidates(dotted, roots):
             if os.path.isfile(candidate):
                 stamp = _stamp(candidate)
                 data = read_bytes(candidate, self.max_bytes)
