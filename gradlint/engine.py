@@ -110,6 +110,17 @@ def _rules_marked_in(source: str, rules: Sequence[Rule]) -> list[Rule]:
         for marker in rule.markers)]
 
 
+# A file that imports another deep-learning framework and never names torch is that framework's
+# code (DGL's examples/mxnet, a TensorFlow port beside the PyTorch one): its `loss.backward()` and
+# `nn.` are not torch's, and no rule here is about it.
+_OTHER_FRAMEWORK = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:mxnet|tensorflow|jax|paddle|oneflow|mindspore)\b",
+                              re.MULTILINE)
+
+
+def _another_frameworks(source: str) -> bool:
+    return "torch" not in source and _OTHER_FRAMEWORK.search(source) is not None
+
+
 def _python_ast(source: str, path: str) -> ast.Module | Finding | None:
     """CPython's own parse: about 10x cheaper than libcst, and its syntax messages ("'(' was
     never closed") are the ones users know. None: valid Python newer than the one running."""
@@ -205,14 +216,15 @@ def _prechecked(rules: list[Rule], tree: ast.Module | None) -> list[Rule]:
 def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     """Lint one file's text. Never raises for bad input: it becomes a GL000/GL001 finding.
 
-    Three gates, cheapest first: each rule's text markers, then CPython's parse (which also
-    reports syntax errors for every file) and each rule's precheck of that tree, and only then
-    the libcst parse and the analysis, for the rules still in play."""
+    Three gates, cheapest first: each rule's text markers (none for another framework's file),
+    then CPython's parse (which also reports syntax errors for every file) and each rule's
+    precheck of that tree, and only then the libcst parse and the analysis, for the rules still
+    in play."""
     result = FileResult(path)
     # GL002 reads the comments of a file whose comments name a GL code, even when no rule has a
     # finding to silence there: a rule the gates leave out has no finding in the file at all.
     noqa = UNUSED_NOQA[0] in ruleset.engine and may_hold_our_codes(source)
-    rules = _rules_marked_in(source, ruleset.rules)
+    rules = _rules_marked_in(source, ruleset.rules) if not _another_frameworks(source) else []
     if not rules:  # only the syntax check is left
         error = _syntax_error(source, path)
         if error is not None:

@@ -285,3 +285,26 @@ def test_the_syntax_check_without_an_ast_answers_as_the_ast_parse():
         parsed = engine._python_ast(source, "x.py")
         expected = parsed if isinstance(parsed, engine.Finding) else None
         assert checked == expected, source[:80]
+
+
+MXNET_TRAINING = textwrap.dedent("""\
+    import mxnet as mx
+    from mxnet.gluon import nn
+
+
+    def train(net, trainer, loader, criterion):
+        running_loss = 0
+        for x, y in loader:
+            with mx.autograd.record():
+                loss = criterion(net(x), y).sum()
+            running_loss += loss
+            loss.backward()
+            trainer.step(x.shape[0])
+    """)
+
+
+@pytest.mark.parametrize("header, codes", [("", []), ("import torch\n", ["GL104"])])
+def test_a_file_of_another_framework_that_never_names_torch_gets_no_rule(header, codes):
+    """DGL's examples/mxnet: gluon's `loss.backward()` and `nn.` are not torch's. Once the file
+    names torch, it is read as torch code again."""
+    assert [f.code for f in lint_source(header + MXNET_TRAINING, "train.py", RULESET).findings] == codes
