@@ -541,7 +541,6 @@ def walk_called(model, function: cst.FunctionDef, args: list, walker: type[Walke
     return run
 
 
-
 def _graph_free(value: Val) -> Val:
     """What computing `value` under no_grad gives: no graph, nor in the elements of a container
     (a method walked elsewhere returns `action, logprob, entropy, value`)."""
@@ -562,6 +561,7 @@ def disables_grad(expr: cst.BaseExpression, imports: ImportTable) -> bool:
         first = call.args[0].value
         return isinstance(first, cst.Name) and first.value == "False"
     return False
+
 
 class Walker:
     """Evaluates one function body under a role and appends events to a `Walk`."""
