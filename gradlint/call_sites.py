@@ -27,7 +27,6 @@ class CallSite:
     # Under an `if` whose test takes a remainder (`if step % 100 == 0:`) within its innermost loop:
     # the call runs every so many iterations, not every one.
     periodic: bool = False
-    withs: tuple[cst.With, ...] = ()  # the `with` statements around it within its function
 
     @property
     def loop(self) -> cst.For | cst.While | None:
@@ -45,43 +44,38 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
 
 def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
     found: list[CallSite] = []
-    _visit(statement, found, None, None, (), False, ())
+    _visit(statement, found, None, None, (), False)
     return tuple(found)
 
 
-def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic, withs) -> None:
+def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic) -> None:
     # A module-level function, not a closure calling itself: that closure is a reference cycle,
     # and through `found` it would keep the whole tree alive until the cyclic collector ran
     # (tests/test_reference_cycles.py checks that a lint leaves no tree to it).
     kind = type(node)
     if kind is cst.FunctionDef:
         for decorator in node.decorators:
-            _visit(decorator, found, function, owner, loops, periodic, withs)
-        _visit(node.body, found, node, owner, (), False, ())
+            _visit(decorator, found, function, owner, loops, periodic)
+        _visit(node.body, found, node, owner, (), False)
         return
     if kind is cst.ClassDef:
         for child in (*node.bases, *node.keywords, *node.decorators):
-            _visit(child, found, function, owner, loops, periodic, withs)
-        _visit(node.body, found, function, node, loops, periodic, withs)
+            _visit(child, found, function, owner, loops, periodic)
+        _visit(node.body, found, function, node, loops, periodic)
         return
     if kind is cst.Call:
-        found.append(CallSite(node, function, owner, loops, periodic, withs))
+        found.append(CallSite(node, function, owner, loops, periodic))
     if kind is cst.For or kind is cst.While:
         loops, periodic = (*loops, node), False
     if kind is cst.If:
-        _visit(node.test, found, function, owner, loops, periodic, withs)
+        _visit(node.test, found, function, owner, loops, periodic)
         inner = periodic or _takes_a_remainder(node.test)
-        _visit(node.body, found, function, owner, loops, inner, withs)
+        _visit(node.body, found, function, owner, loops, inner)
         if node.orelse is not None:
-            _visit(node.orelse, found, function, owner, loops, inner, withs)
-        return
-    if kind is cst.With:  # its items run outside it, its body inside
-        for item in node.items:
-            _visit(item, found, function, owner, loops, periodic, withs)
-        _visit(node.body, found, function, owner, loops, periodic, (*withs, node))
+            _visit(node.orelse, found, function, owner, loops, inner)
         return
     for child in child_nodes(node):
-        _visit(child, found, function, owner, loops, periodic, withs)
+        _visit(child, found, function, owner, loops, periodic)
 
 
 def _takes_a_remainder(test: cst.BaseExpression) -> bool:
@@ -98,7 +92,7 @@ def method_name(call: cst.Call) -> str | None:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 
 
-def steps_optimizer(call: cst.Call) -> bool:
+def _steps_optimizer(call: cst.Call) -> bool:
     """`opt.step()`, `scaler.step(opt)`; not `env.step(action)`. Not `zero_grad()` alone: a saliency
     map or Grad-CAM clears the model's gradients before its backward, and trains nothing."""
     method = method_name(call)
@@ -119,7 +113,7 @@ def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | No
     in a loop of their own nested in it (the call then runs once per epoch, or per collection of
     data, between many steps). A loop over the step's losses, heads or optimizers is part of one
     step. None: the function is the step, or the call is in no step."""
-    optimizer_calls = [s for s in sites if steps_optimizer(s.call) and s.function is site.function]
+    optimizer_calls = [s for s in sites if _steps_optimizer(s.call) and s.function is site.function]
     step_loops = {id(loop) for s in optimizer_calls if (loop := _own_step_loop(s)) is not None}
     for loop in reversed(site.loops):
         training = id(loop) in step_loops or TRAINING_ITERABLE.search(code(_header(loop))) is not None
@@ -168,7 +162,7 @@ def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
     A loop over a model's outputs or over devices inside one step is not one."""
     if site.loops:
         return step_loop(site, sites) is not None
-    optimizer_calls = [s for s in sites if steps_optimizer(s.call)]
+    optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
     # Outside loops, the function is one step unless it steps the optimizer inside a training loop
     # of its own (over a loader, or calling backward): then the call runs once, before or after
     # that loop. A loop over optimizers (`for opt in opts: opt.step()`) is still inside one step.

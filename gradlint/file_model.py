@@ -19,7 +19,7 @@ from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
 from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, disables_grad, foreign_arguments,
                            looks_like_module, walk_called)
-from gradlint.call_sites import CallSite, collect_call_sites, in_training_step, method_name, steps_optimizer
+from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.project import Project, module_name_of
@@ -732,26 +732,9 @@ class FileModel:
     def in_training_step(self, site: CallSite) -> bool:
         """Whether a call runs once per training step (call_sites.in_training_step), or runs in the
         forward or backward of an autograd Function or an nn.Module's forward, which every step
-        runs (outside loops of their own); and with grad on: a loop over a loader under
-        `torch.no_grad()` (in a `with`, a decorated def, or one only such callers call) evaluates."""
-        if site.loops and not self._trains:  # a loop over a test loader in a script that trains nothing
-            return False
-        return (in_training_step(site, self.call_sites) or (
-            not site.loops and site.function is not None and id(site.function) in self._per_step_methods)) \
-            and not self._grad_off(site)
-
-    @cached_property
-    def _trains(self) -> bool:
-        """Whether the file shows training: a backward, an optimizer's step, or a Lightning
-        `training_step`."""
-        return any(f.name.value == "training_step" for f in self.all_defs) or any(
-            method_name(site.call) == "backward" or steps_optimizer(site.call) for site in self.call_sites)
-
-    def _grad_off(self, site: CallSite) -> bool:
-        if any(disables_grad(item.item, self.imports) for block in site.withs for item in block.items):
-            return True
-        function = site.function
-        return function is not None and (self.decorated_no_grad(function) or id(function) in self._no_grad_by_callers)
+        runs (outside loops of their own)."""
+        return in_training_step(site, self.call_sites) or (
+            not site.loops and site.function is not None and id(site.function) in self._per_step_methods)
 
     @cached_property
     def _per_step_methods(self) -> set[int]:

@@ -271,7 +271,7 @@ class _StepCalls:
             func = node.func
             if self.wanted(node):
                 self.wanted_sites.append(site)
-            # as call_sites.steps_optimizer: an optimizer's step(), not zero_grad() alone
+            # as call_sites._steps_optimizer: an optimizer's step(), not zero_grad() alone
             if isinstance(func, ast.Attribute) and func.attr == "step" and makes_a_step(func.attr, dotted(func.value)):
                 self.steps.append(site)
             if isinstance(func, ast.Attribute) and func.attr == "backward":

@@ -20,9 +20,7 @@ Flags `torch.cuda.empty_cache()` once per training step: in a loop or function t
 `optimizer.step()`, in a loop over a loader, dataset or epochs, or in the forward or backward of
 an autograd Function or an nn.Module's forward (every step runs them). Clearing the cache once
 after training, once per epoch, every so many steps (`if step % 100 == 0:`), or in a loop over
-devices, is not reported; nor is an evaluation loop's: under `torch.no_grad()` (a `with`, a
-decorated def, or a def only such callers call), or in a file that trains nothing (no backward,
-no optimizer step, no `training_step`: a test script).
+devices, is not reported.
 
 ## Why is this bad?
 `empty_cache()` returns the caching allocator's *unused* blocks to the driver. It frees no tensor
@@ -80,34 +78,6 @@ def train_epoch(model, loader, optimizer):
         optimizer.step()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-""",
-        # Evaluation: under no_grad, per batch (DGL's ogbn-products GAT, a benchmark's evaluate).
-        """
-import torch
-def train(model, loader, optimizer):
-    for x, y in loader:
-        model(x).sum().backward()
-        optimizer.step()
-@torch.no_grad()
-def evaluate(model, loader):
-    for x, y in loader:
-        model(x)
-        torch.cuda.empty_cache()
-def test(model, loader):
-    for x, y in loader:
-        with torch.no_grad():
-            model(x)
-            torch.cuda.empty_cache()
-""",
-        # A test script, which trains nothing (DGL's hi-lander test_subg.py).
-        """
-import torch
-model = torch.load("model.pt")
-for batch in test_loader:
-    with torch.no_grad():
-        out = model(batch)
-    save(out)
-    torch.cuda.empty_cache()
 """,
     )
     INVALID = (

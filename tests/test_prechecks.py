@@ -490,8 +490,6 @@ def test_a_precheck_that_fails_lets_its_rule_decide(monkeypatch):
 STEP_CALLS = {
     "aliased_import_in_a_loop_over_a_loader": ("GL106", """
         from torch.cuda import empty_cache as free
-        def fit(model, x):  # the file trains; the loop below is a step by its loader alone
-            model(x).sum().backward()
         for x, y in train_loader:
             free()
         """),
@@ -505,8 +503,6 @@ STEP_CALLS = {
         """),
     "header_over_two_lines_with_a_comment": ("GL106", """
         import torch
-        def fit(model, x):  # the file trains; the loop below is a step by its header alone
-            model(x).sum().backward()
         for x in (items  # the epoch's batches
                   ):
             torch.cuda.empty_cache()
