@@ -82,6 +82,20 @@ _INFERENCE_IN_BLOCK = _INFERENCE.replace(
     "@torch.no_grad()\ndef test(x, loader):\n    return model.inference(x, loader)\n",
     "def test(x, loader):\n    model.eval()\n    with torch.no_grad():\n        out = model.inference(x, loader)\n    return out\n")
 _INFERENCE_IN_GRAD_BLOCK = _INFERENCE_IN_BLOCK.replace("torch.no_grad():", "torch.enable_grad():")
+# A memo keyed by the step adds one value per step; keyed by a constant, one for good.
+_MEMO_BY_STEP = """
+import torch
+def train(model, loader, optimizer):
+    seen = {}
+    first = {}
+    for step, (x, y) in enumerate(loader):
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        if step not in seen:
+            seen[step] = loss
+        first.setdefault("loss", loss)
+"""
 
 
 class GraphAppend(Rule):
@@ -669,32 +683,8 @@ class Trainer:
         # The same inference called with grad on (no decorator on its only caller).
         Invalid(_INFERENCE_WITH_GRAD, ("xs.append(conv(x_all[n_id]).cpu())",), fixed=_INFERENCE_WITH_GRAD),
         Invalid(_INFERENCE_IN_GRAD_BLOCK, ("xs.append(conv(x_all[n_id]).cpu())",), fixed=_INFERENCE_IN_GRAD_BLOCK),
-        # A memo keyed by the step adds one value per step; keyed by a constant, one for good.
-        Invalid("""
-import torch
-def train(model, loader, optimizer):
-    seen = {}
-    first = {}
-    for step, (x, y) in enumerate(loader):
-        loss = model(x).sum()
-        loss.backward()
-        optimizer.step()
-        if step not in seen:
-            seen[step] = loss
-        first.setdefault("loss", loss)
-""", ("seen[step] = loss",), fixed="""
-import torch
-def train(model, loader, optimizer):
-    seen = {}
-    first = {}
-    for step, (x, y) in enumerate(loader):
-        loss = model(x).sum()
-        loss.backward()
-        optimizer.step()
-        if step not in seen:
-            seen[step] = loss.item()
-        first.setdefault("loss", loss)
-"""),
+        Invalid(_MEMO_BY_STEP, ("seen[step] = loss",),
+                fixed=_MEMO_BY_STEP.replace("seen[step] = loss\n", "seen[step] = loss.item()\n")),
         Invalid("""
 class Trainer:
     def step(self, batch):
