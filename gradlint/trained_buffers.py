@@ -235,8 +235,22 @@ def _whole_slice(target: cst.Subscript) -> bool:
 
 
 def _is_new_container(value: cst.BaseExpression, imports) -> bool:
+    """An empty container made on the spot: `[]`, `{}`, `deque()`; either branch of a choice
+    (`[] if self.batch else {k: [] for k in ids}`, pytorch/examples' batched REINFORCE); a
+    comprehension whose items are made on the spot too, so it holds nothing of the old one."""
     if isinstance(value, (cst.List, cst.Dict)) and not value.elements:
         return True
     if isinstance(value, cst.Call) and isinstance(value.func, (cst.Name, cst.Attribute)):
         return (imports.qualify(value.func) or "") in _NEW_CONTAINERS
+    if isinstance(value, cst.IfExp):
+        return _is_new_container(value.body, imports) and _is_new_container(value.orelse, imports)
+    if isinstance(value, (cst.ListComp, cst.SetComp)):
+        return _made_on_the_spot(value.elt, imports)
+    if isinstance(value, cst.DictComp):
+        return _made_on_the_spot(value.value, imports)
     return False
+
+
+def _made_on_the_spot(item: cst.BaseExpression, imports) -> bool:
+    """A comprehension's item that is no value of before: a new empty container or a literal."""
+    return isinstance(item, (cst.Integer, cst.Float, cst.SimpleString)) or _is_new_container(item, imports)

@@ -380,3 +380,41 @@ def test_a_triton_pointer_under_an_if_on_loaded_values_is_a_tensor_where_launche
     source = KERNEL.format(setup=setup, test=test)
     line = next(n for n, text in enumerate(textwrap.dedent(source).splitlines(), 1) if "ctx.ref = ref" in text)
     assert ((line, "GL101") in codes(source)) is flagged, source
+
+
+# ----- a container backward reads and another method empties (REINFORCE) ------------------------
+
+REINFORCE_RESET = """
+    import torch
+    from torch import nn
+    from torch.distributions import Categorical
+    class Agent:
+        def __init__(self, policy, batch):
+            self.policy = policy
+            self.batch = batch
+            self.optimizer = torch.optim.Adam(policy.parameters())
+            self.saved_log_probs = [] if batch else {{k: [] for k in range(4)}}
+        def select_action(self, state):
+            m = Categorical(self.policy(state))
+            action = m.sample()
+            self.saved_log_probs.append(m.log_prob(action))
+            return action.item()
+        def finish_episode(self):
+            loss = -torch.stack(self.saved_log_probs).sum()
+            loss.backward()
+            self.optimizer.step()
+            self.saved_log_probs = {reset}
+"""
+
+
+@pytest.mark.parametrize("reset, kept", [
+    ("[] if self.batch else {k: [] for k in range(4)}", False),  # pytorch/examples' batched REINFORCE
+    ("{k: [] for k in range(4)}", False),
+    ("[p for p in self.saved_log_probs if p is not None]", True),  # keeps the old items
+    ("[] if self.batch else self.saved_log_probs", True),  # one branch keeps the old list
+])
+def test_a_reset_made_by_a_choice_or_a_comprehension_of_new_containers_empties_the_buffer(reset, kept):
+    source = REINFORCE_RESET.format(reset=reset)
+    lines = textwrap.dedent(source).splitlines()
+    at = next(n for n, text in enumerate(lines, 1) if "saved_log_probs.append" in text)
+    assert codes(source) == ([(at, "GL103")] if kept else [])
