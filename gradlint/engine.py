@@ -267,13 +267,15 @@ def _build_model(module: cst.Module, path: str, source: str, project: Project) -
 _in_run = False  # inside lint_files: the files do not change under one run
 
 
-def _project_for(path: str) -> Project:
+def _project_for(path: str, tree: ast.Module | None) -> Project:
+    """The project begun on the checked file (`tree`: its CPython tree, for the directories it
+    puts on sys.path; None where there is none)."""
     global _project
     if _project is None:
         _project = Project(_worker_max_bytes or DEFAULT_MAX_BYTES, _build_model)
     elif not _in_run:
         _project.refresh()  # one file at a time (an editor): modules may have changed since
-    _project.begin(path)
+    _project.begin(path, tree)
     return _project
 
 
@@ -294,7 +296,7 @@ def _analyze(source: str, path: str, ruleset: RuleSet, rules: list[Rule], result
         result.findings.append(_finding(path, UNREADABLE, 1, 1, "too deeply nested to parse"))
         return result
     try:
-        project = begun if begun is not None else _project_for(path)
+        project = begun if begun is not None else _project_for(path, tree)
         model = FileModel(module, path, source, project)
         hits: list[tuple[Rule, Hit]] = []
         for rule in rules:

@@ -40,6 +40,7 @@ from gradlint.findings import Reads
 from gradlint.names import ImportTable
 from gradlint.prechecks import children, walk
 from gradlint.prescan import STORING_METHODS
+from gradlint.script_paths import added_directories
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines
 from gradlint.torch_api import FUNCTION_BASES, is_module_base
 
@@ -525,22 +526,25 @@ class Project:
         # directory and `src/`. Modules are kept per set of roots: two projects checked in one run
         # (or open in one editor) each have their `utils.meters`, and neither may answer for the other.
         self._roots: tuple[str, ...] = ()
-        # (roots, dotted name) -> facts (None: not the project's)
-        self._modules: dict[tuple[tuple[str, ...], str], ModuleFacts | None] = {}
-        # (roots, dotted name) -> the places looked at in vain before finding it (see _note_absent)
-        self._absent: dict[tuple[tuple[str, ...], str], list[tuple[str, Reads]]] = {}
+        # (roots, dotted name, apart) -> facts (None: not the project's); `apart` keeps modules
+        # found through one directory's sys.path additions to the files of that directory
+        self._modules: dict[tuple[tuple[str, ...], str, str], ModuleFacts | None] = {}
+        # (roots, dotted name, apart) -> the places looked at in vain before finding it (see _note_absent)
+        self._absent: dict[tuple[tuple[str, ...], str, str], list[tuple[str, Reads]]] = {}
         self._under_way: set[str] = set()
         self._asking: list[ModuleFacts] = []
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
         self.anchor = ""  # the checked file's directory: where the names in messages start from
+        self._added: tuple[str, ...] = ()  # the directories the checked file puts on sys.path
         self.current = ""  # the checked file's dotted name
         # Every project module read for the current file, and what was read of it.
         self.consulted: dict[str, Reads] = {}
 
     # ----- the file being checked -------------------------------------------------------------
 
-    def begin(self, path: str) -> str:
-        """Start on a checked file: its roots join the search path. Returns its dotted name."""
+    def begin(self, path: str, tree: ast.Module | None = None) -> str:
+        """Start on a checked file: its roots join the search path, and the directories it puts
+        on sys.path itself, read from its CPython `tree` (script_paths). Returns its dotted name."""
         # What decides the roots is read too: an `__init__.py` or a pyproject.toml that comes or
         # goes changes the file's package or project, and so what its imports name.
         looked: dict[str, bool] = {}
@@ -552,6 +556,7 @@ class Project:
             looked[roots[-1]] = os.path.isdir(roots[-1])
         self._roots = tuple(dict.fromkeys(r for r in roots if os.path.isdir(r)))
         self.anchor = os.path.dirname(os.path.abspath(path))
+        self._added = added_directories(tree, path) if tree is not None else ()
         self.consulted = {place: Reads("", "", {EXISTS: "yes" if there else "no"}) for place, there in looked.items()}
         self._under_way = {dotted}
         self.current = dotted
@@ -804,10 +809,18 @@ class Project:
             # even where an `__init__.py` makes the directory a package (DGL's examples/pytorch/
             # hilander). Kept apart from the roots, which many directories share (see __init__).
             found = self._module_in((self.anchor,), dotted)
+        for directory in self._added:
+            if found is not None:
+                break
+            if directory not in self._roots and directory != self.anchor:
+                # Kept for the files of this directory: a module's facts hold paths for messages
+                # relative to the first file that asked (Definition.where), and another file
+                # finds the same module from elsewhere (`../models` here is `models` beside it).
+                found = self._module_in((directory,), dotted, apart=self.anchor)
         return found
 
-    def _module_in(self, roots: tuple[str, ...], dotted: str) -> ModuleFacts | None:
-        key = (roots, dotted)
+    def _module_in(self, roots: tuple[str, ...], dotted: str, apart: str = "") -> ModuleFacts | None:
+        key = (roots, dotted, apart)
         if key in self._modules:
             found = self._modules[key]
         else:
@@ -817,7 +830,7 @@ class Project:
             self._note(found)
         return found
 
-    def _note_absent(self, key: tuple[tuple[str, ...], str], found: ModuleFacts | None) -> None:
+    def _note_absent(self, key: tuple[tuple[str, ...], str, str], found: ModuleFacts | None) -> None:
         """The answer also rests on the places looked at before the module was found (all of them
         when it was not): a module created there later (or one deleted, then restored) would be
         found instead, so each is recorded as absent (`ResultCache` re-checks when it appears)."""
@@ -900,7 +913,7 @@ class PrecheckAnswers:
     question only (a file whose prechecks ask nothing reads nothing of it), and what the answers
     read is the file's result's to depend on (`consulted`), as the analysis' reads are."""
 
-    def __init__(self, path: str, tree: ast.Module, project_for: Callable[[str], "Project"]):
+    def __init__(self, path: str, tree: ast.Module, project_for: Callable[[str, ast.Module | None], "Project"]):
         self._path, self._tree, self._project_for = path, tree, project_for
         self.project: Project | None = None  # begun on the file: the analysis goes on with it
         self._imports: dict[str, set[str]] | None = None  # a name an import binds -> what it may name
@@ -917,7 +930,7 @@ class PrecheckAnswers:
 
     def _begun(self) -> Project:
         if self.project is None:
-            self.project = self._project_for(self._path)
+            self.project = self._project_for(self._path, self._tree)
         return self.project
 
     def _targets(self, written: str) -> list[str]:

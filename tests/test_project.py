@@ -446,3 +446,25 @@ def test_the_precheck_turns_away_no_keep_of_another_modules_def(tmp_path: Path, 
     alone = [(f.code, f.line) for f in lint_source(train.read_text(), str(train), ruleset).findings]
     assert alone and alone[0][0] == "GL103", alone  # the analysis follows the call into app/
     assert gated == alone
+
+
+@pytest.mark.parametrize("statements, expected", [
+    ('sys.path.append("..")', ["app"]),
+    ('sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))', ["app/lib"]),
+    ('HERE = os.path.dirname(os.path.abspath(__file__))\nsys.path.append(osp.join(HERE, "models"))', ["app/tools/models"]),
+    ('ROOT = Path(__file__).resolve().parents[1]\nsys.path.append(str(ROOT / "src"))', ["app/src"]),
+    ('if True:\n    sys.path.insert(0, str(Path(__file__).parent.parent))', ["app"]),
+    ('sys.path.append(os.getcwd())', ["app/tools"]),
+    ('sys.path.append(os.environ["ROOT"])', []),  # decided at run time: unknown
+    ('ROOT = "../.."\nROOT = sys.argv[1]\nsys.path.append(ROOT)', []),  # rebound to something unknown
+    ('paths.append("..")', []),  # not sys.path
+    ('def main():\n    sys.path.append("..")', []),  # inside a def: not before the imports
+])
+def test_the_directories_a_script_puts_on_sys_path(tmp_path: Path, statements: str, expected: list[str]):
+    import ast
+
+    from gradlint.script_paths import added_directories
+
+    script = tmp_path / "app" / "tools" / "train.py"
+    found = added_directories(ast.parse(statements), str(script))
+    assert [Path(d).relative_to(tmp_path).as_posix() for d in found] == expected
