@@ -114,12 +114,26 @@ def tensor_or_tensors(value: Val) -> bool:
     return value.kind is Kind.UNKNOWN and value.item is not None and value.item.kind is Kind.TENSOR
 
 
-def isinstance_test(test: cst.BaseExpression) -> tuple[str, cst.BaseExpression, bool, cst.BaseExpression] | None:
+# What `torch.is_tensor(x)` tests, as isinstance's second argument (classified by its name).
+_TENSOR_TYPE = cst.Name("Tensor")
+
+
+def isinstance_test(test: cst.BaseExpression,
+                    imports: ImportTable | None = None) -> tuple[str, cst.BaseExpression, bool, cst.BaseExpression] | None:
     """`isinstance(x, T)` -> ("x", T, True, x); `not isinstance(x, T)` -> ("x", T, False, x); the
-    subject may be a dotted attribute (`isinstance(inp.attn_bias, torch.Tensor)`)."""
+    subject may be a dotted attribute (`isinstance(inp.attn_bias, torch.Tensor)`). With the
+    file's imports, `torch.is_tensor(x)` is `isinstance(x, torch.Tensor)` (torch-ngp's loss:
+    `if torch.is_tensor(interval): save it, else: ctx.interval = interval`, a number there)."""
     positive = True
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, positive = test.expression, not positive
+    if imports is not None and isinstance(test, cst.Call) and len(test.args) == 1 \
+            and imports.qualify(test.func) == "torch.is_tensor":
+        subject = test.args[0].value
+        name = dotted(subject)
+        if name is None or test.args[0].keyword is not None or test.args[0].star:
+            return None
+        return name, _TENSOR_TYPE, positive, subject
     if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
         return None
     subject, types = test.args[0].value, test.args[1].value

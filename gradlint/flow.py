@@ -623,7 +623,7 @@ class Walker:
                 self._small(small)
         elif isinstance(node, cst.If):
             self.ev(node.test)
-            test = isinstance_test(node.test)
+            test = isinstance_test(node.test, self.model.imports)
             before = dict(self.env)
             absent = _absent_key(node.test)
             with self._narrowing(test, True):

@@ -418,3 +418,36 @@ def test_a_reset_made_by_a_choice_or_a_comprehension_of_new_containers_empties_t
     lines = textwrap.dedent(source).splitlines()
     at = next(n for n, text in enumerate(lines, 1) if "saved_log_probs.append" in text)
     assert codes(source) == ([(at, "GL103")] if kept else [])
+
+
+# ----- torch.is_tensor(x) narrows as isinstance(x, torch.Tensor) does ----------------------------
+
+IS_TENSOR = """
+    import torch
+    class Loss(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w, interval):
+            if {test}:
+                ctx.save_for_backward(w, interval)
+                ctx.interval = {in_body}
+            else:
+                ctx.save_for_backward(w)
+                ctx.interval = {in_orelse}
+            return (w * interval).sum()
+        @staticmethod
+        def backward(ctx, g):
+            return g, None
+"""
+
+
+@pytest.mark.parametrize("test, in_body, in_orelse, flagged", [
+    ("torch.is_tensor(interval)", "None", "interval", False),  # torch-ngp's loss.py: a number in the else branch
+    ("not torch.is_tensor(interval)", "interval", "None", False),
+    ("torch.is_tensor(interval)", "interval", "None", True),  # a tensor in the body
+])
+def test_torch_is_tensor_narrows_a_value_in_each_branch(test, in_body, in_orelse, flagged):
+    source = IS_TENSOR.format(test=test, in_body=in_body, in_orelse=in_orelse)
+    lines = textwrap.dedent(source).splitlines()
+    at = next(n for n, text in enumerate(lines, 1) if "= interval" in text and "ctx.interval" in text)
+    assert codes(source) == ([(at, "GL101")] if flagged else [])
+
