@@ -23,7 +23,9 @@ with forward's inputs (ctx excluded; with `setup_context`, all of forward's para
 a gradient too), or extra values that are not `None`, are reported. A backward with no `return`
 at all returns one `None`: reported on its `def` when forward takes two or more inputs. Returns
 that cannot be counted statically (a call, `*starred`, `tuple(...)`), returns after an
-unconditional one (dead code), and forwards taking `*args`/`**kwargs` are skipped.
+unconditional one (dead code), and forwards taking `*args`/`**kwargs` are skipped, and so is a
+Function whose every output is marked non-differentiable (or is an integer tensor): its outputs
+have no `grad_fn`, so torch never calls its backward (measured on torch 2.13).
 
 ## Why is this bad?
 torch checks the count only when backward finally runs, often hours into training or only on the

@@ -451,3 +451,31 @@ def test_torch_is_tensor_narrows_a_value_in_each_branch(test, in_body, in_orelse
     at = next(n for n, text in enumerate(lines, 1) if "= interval" in text and "ctx.interval" in text)
     assert codes(source) == ([(at, "GL101")] if flagged else [])
 
+
+# ----- a backward torch never calls: every output non-differentiable -----------------------------
+
+NEVER_CALLED = """
+    import torch
+    class Sample(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, xyz, npoint):
+            {body}
+        @staticmethod
+        def backward(ctx, grad_out, *rest):
+            return ()
+"""
+
+
+@pytest.mark.parametrize("body, flagged", [
+    # Pointnet2's furthest-point sampling, three_nn and ball_query (measured: no grad_fn, never called)
+    ("out = xyz[:npoint] * 2\n            ctx.mark_non_differentiable(out)\n            return out", False),
+    ("dist = xyz.norm(dim=-1)\n            idx = xyz.argmin(dim=-1)\n"
+     "            ctx.mark_non_differentiable(dist, idx)\n            return dist, idx", False),
+    ("return torch.argsort(xyz, dim=-1)", False),  # an integer output: never differentiable
+    ("out = xyz * 2\n            return out", True),
+    ("dist = xyz.norm(dim=-1)\n            ctx.mark_non_differentiable(dist)\n            return dist, xyz * 2", True),
+])
+def test_no_count_is_reported_for_a_backward_torch_never_calls(body, flagged):
+    source = NEVER_CALLED.format(body=body)
+    found = [c for c in codes(source) if c[1] == "GL201"]
+    assert bool(found) == flagged
