@@ -8,6 +8,10 @@ Two questions:
   0/1 masks or ones (exact in any order), and arguments decided elsewhere are left out.
 - `atomic_kernel_launches_from_backward(model)`: launches of a Triton kernel of the file that
   adds floats with tl.atomic_add, in backward or in a helper of the file that backward calls.
+
+A compiled extension's function called in backward (`_ext.gather_points_grad(...)`) is read in
+the project's C++ and CUDA sources where they are (native_sources): one whose kernel adds floats
+with atomicAdd is such a sum too.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ ATOMIC_ADD = "atomic_add"  # scatter_add_/index_add_/scatter_reduce(sum/mean): a
 THREADED_ACCUMULATE = "threaded_accumulate"  # index_put_(accumulate=True): several CPU threads
 CUDA_EXT_ATOMIC = "cuda_ext_atomic"  # gradlint.cuda_ext.scatter_add without deterministic=True
 NAMED_ATOMIC_KERNEL = "named_atomic_kernel"  # a custom kernel whose name says it adds atomically
+NATIVE_ATOMIC = "native_atomic"  # an extension's function whose CUDA source adds floats atomically
 
 
 @dataclass(frozen=True)
@@ -35,11 +40,12 @@ class UnorderedSum:
     """One call in backward that sums floats in an order that changes from run to run."""
 
     node: cst.Call
-    kind: str  # ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL
+    kind: str  # ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL, NATIVE_ATOMIC
     shown: str  # the call as a user reads it: `Tensor.index_add_`, `torch.index_put`, `_ext.scatter_add_atomic`
     # The def backward calls that makes that call, when it is not backward's own:
     # `scatter()`, or `scatter() (utils/_scatter.py:14)` for another module's.
     through: str | None = None
+    at: str | None = None  # NATIVE_ATOMIC: where the source adds (`src/sampling_gpu.cu:42`)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def _may_sum(model: FileModel, backward: cst.FunctionDef) -> bool:
     or a def of the file or of another project module whose text holds one: the calls
     `_unordered` reports, made there or one call deep. A no spares walking backward."""
     for name in model.prescan(backward).called_names:
-        if _named_to_sum(model, name):
+        if _named_to_sum(model, name) or model.native_float_atomic_add(name) is not None:
             return True
         local = model.functions.get(name)
         if local is not None:
@@ -321,8 +327,9 @@ def _calls_in_backward(model: FileModel, function: AutogradFunction, backward: c
     return list(walker.calls.values())
 
 
-def _unordered(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str, str] | None:
-    """(kind, shown) when the call sums in an order that changes run to run."""
+def _unordered(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str, str] | tuple[str, str, None, str] | None:
+    """(kind, shown) when the call sums in an order that changes run to run; for an extension's
+    function, (kind, shown, None, where its source adds)."""
     func = call.node.func
     qualified = model.imports.qualify(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
     if qualified in _CUDA_EXT:
@@ -344,6 +351,10 @@ def _unordered(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str,
                             and head not in model.function_class_names and head not in model.module_class_names)
     if _names_atomic_sum(last) and external:
         return NAMED_ATOMIC_KERNEL, dotted(func) or last
+    if external and not (qualified or "").startswith("torch."):
+        native = model.native_float_atomic_add(last)
+        if native is not None:
+            return NATIVE_ATOMIC, dotted(func) or last, None, native[1]
     return None
 
 

@@ -69,7 +69,8 @@ Work backward does for nothing (gradlint/needs_input_grad.py)
 Sums in backward (gradlint/accumulation.py)
     nondeterministic_sums_in_backward(model, function, backward) -> list[UnorderedSum]
         The calls of backward that sum floats in an order that changes run to run, by kind
-        (ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL).
+        (ATOMIC_ADD, THREADED_ACCUMULATE, CUDA_EXT_ATOMIC, NAMED_ATOMIC_KERNEL, NATIVE_ATOMIC: an
+        extension's function whose C++/CUDA source in the project adds floats atomically).
     atomic_kernel_launches_from_backward(model) -> list[KernelLaunch]
         Launches, from backward or a helper it calls, of a Triton kernel of the file that adds
         floats with tl.atomic_add.
@@ -117,6 +118,7 @@ from gradlint.accumulation import (
     ATOMIC_ADD,
     CUDA_EXT_ATOMIC,
     NAMED_ATOMIC_KERNEL,
+    NATIVE_ATOMIC,
     THREADED_ACCUMULATE,
     KernelLaunch,
     UnorderedSum,
@@ -162,7 +164,7 @@ def methods_of_functions(model: FileModel, method: str) -> Iterator[tuple[Autogr
 
 
 __all__ = [
-    "ATOMIC_ADD", "CONTAINER", "CUDA_EXT_ATOMIC", "GLOBAL", "NAMED_ATOMIC_KERNEL", "OUTPUT", "SELF_ATTRIBUTE",
+    "ATOMIC_ADD", "CONTAINER", "CUDA_EXT_ATOMIC", "GLOBAL", "NAMED_ATOMIC_KERNEL", "NATIVE_ATOMIC", "OUTPUT", "SELF_ATTRIBUTE",
     "SELF_CONTAINER", "TENSOR", "THREADED_ACCUMULATE", "VIEW",
     "AutogradFunction", "BackwardReturns", "CallSite", "ChainedTotal", "ContainerArgument", "ContainerKeep",
     "CountedReturn", "CtxStore", "DataUse", "DirectForwardCall", "FileModel", "ForwardInplaceWrites",

@@ -22,6 +22,7 @@ from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, 
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
+from gradlint.native_sources import NativeSum
 from gradlint.project import Project, module_name_of
 from gradlint.names import ImportTable, code, dotted
 from gradlint.values import SCALAR, UNKNOWN, Kind, Val, merge, new_binding
@@ -305,6 +306,12 @@ class FileModel:
         if name in self.functions or self.project is None or self.project.calls_under_way >= self.IMPORTED_CALL_DEPTH:
             return None
         return self.imports.aliases.get(name)
+
+    def native_float_atomic_add(self, name: str) -> tuple[NativeSum, str] | None:
+        """What the project's C++ and CUDA sources say a compiled extension's function `name` (as
+        a call in this file names it: `_ext.gather_points_grad` -> `gather_points_grad`) reaches:
+        a float atomic add and its place, or None (Project.native_float_atomic_add)."""
+        return self.project.native_float_atomic_add(name) if self.project is not None else None
 
     def imported_def_holds(self, name: str, words: tuple[str, ...]) -> bool:
         """Whether `imported_def(name, holding=words)` may find a def: one of the project whose

@@ -40,6 +40,7 @@ from gradlint.findings import Reads
 from gradlint.names import ImportTable
 from gradlint.prechecks import children, walk
 from gradlint.prescan import STORING_METHODS
+from gradlint.native_sources import NativeSources, NativeSum, read_sources
 from gradlint.script_paths import added_directories
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines
 from gradlint.torch_api import FUNCTION_BASES, is_module_base
@@ -482,6 +483,8 @@ class ModuleFacts:
         return split_lines(self.source)
 
     def _read(self, facet: str) -> object:
+        if facet == NATIVE:
+            return self.digest  # a C++ or CUDA source: its bytes, whatever they say
         symbols = self.symbols
         if symbols is None:
             return "no symbols"  # a syntax error: the module answers nothing
@@ -536,6 +539,11 @@ class Project:
         self.calls_under_way = 0  # calls followed into other modules, nested (see FileModel.imported_call)
         self.anchor = ""  # the checked file's directory: where the names in messages start from
         self._added: tuple[str, ...] = ()  # the directories the checked file puts on sys.path
+        # The checked file's project top (a pyproject.toml, setup.py, .git), or else its package root
+        self._top: str | None = None
+        # The C++ and CUDA sources under a project top, indexed once, with their digests (None:
+        # too many to read)
+        self._native: dict[str, tuple[NativeSources, dict[str, str]] | None] = {}
         self.current = ""  # the checked file's dotted name
         # Every project module read for the current file, and what was read of it.
         self.consulted: dict[str, Reads] = {}
@@ -555,6 +563,7 @@ class Project:
             roots += [top, os.path.join(top, "src")]
             looked[roots[-1]] = os.path.isdir(roots[-1])
         self._roots = tuple(dict.fromkeys(r for r in roots if os.path.isdir(r)))
+        self._top = top if top is not None else root  # a package root: where its imports are found
         self.anchor = os.path.dirname(os.path.abspath(path))
         self._added = added_directories(tree, path) if tree is not None else ()
         self.consulted = {place: Reads("", "", {EXISTS: "yes" if there else "no"}) for place, there in looked.items()}
@@ -799,6 +808,36 @@ class Project:
                             bound.setdefault(name, target)
         return bound
 
+    # ----- compiled extensions ------------------------------------------------------------------
+
+    def native_float_atomic_add(self, name: str) -> tuple[NativeSum, str] | None:
+        """The float atomic add a compiled extension's function `name` reaches in the C++ and CUDA
+        sources of the checked file's project (native_sources), with its place for messages
+        (`src/sampling_gpu.cu:42`, from the checked file's directory). None: none found, a top
+        inside an installed package's directory, or too many sources or directories to read.
+        The answer rests on every source read: an edit of any of them re-checks the file (a
+        source added later is not looked for: the next run without the cache reads it)."""
+        top = self._top
+        if top is None or {"site-packages", "dist-packages"} & set(Path(top).parts):
+            return None
+        if top not in self._native:
+            files = read_sources(top, self.max_bytes)
+            self._native[top] = None if files is None else (
+                NativeSources({path: data.decode("utf-8", "replace") for path, data in files.items()}),
+                {path: bytes_digest(data) for path, data in files.items()})
+        indexed = self._native[top]
+        if indexed is None:
+            return None
+        sources, digests = indexed
+        for path, digest in digests.items():
+            read = Reads("", digest, {NATIVE: bytes_digest(repr(digest).encode("utf-8"))})
+            for record in (self.consulted, *(asked.depends for asked in self._asking)):
+                _merge(record, path, read)
+        found = sources.float_atomic_add(name)
+        if found is None:
+            return None
+        return found, f"{os.path.relpath(found.path, self.anchor)}:{found.line}"
+
     # ----- modules ----------------------------------------------------------------------------
 
     def module(self, dotted: str) -> ModuleFacts | None:
@@ -974,6 +1013,8 @@ ABSENT = "absent"
 # The part a place of the project's layout is recorded with (an `__init__.py`, a project marker):
 # "yes" or "no", whether it is there; only that was read of it.
 EXISTS = "exists"
+# The part a C++ or CUDA source of the project is recorded with (native_sources): its bytes.
+NATIVE = "native"
 
 
 def _merge(record: dict[str, Reads], path: str, reads: Reads) -> None:

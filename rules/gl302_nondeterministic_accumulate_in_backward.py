@@ -7,6 +7,7 @@ from gradlint.analysis import (
     ATOMIC_ADD,
     CUDA_EXT_ATOMIC,
     NAMED_ATOMIC_KERNEL,
+    NATIVE_ATOMIC,
     THREADED_ACCUMULATE,
     FileModel,
     atomic_kernel_launches_from_backward,
@@ -27,6 +28,7 @@ _MESSAGES = {
     CUDA_EXT_ATOMIC: "`{shown}` adds atomically on CUDA: gradients vary run to run; pass deterministic=True",
     NAMED_ATOMIC_KERNEL: "`{shown}(...)` in backward adds atomically, by its name: gradients vary; "
                          "sum sorted segments",
+    NATIVE_ATOMIC: "`{shown}(...)` in backward adds floats with atomicAdd ({at}): gradients vary run to run",
 }
 # The same, for a call made by a def backward calls (`scatter() (utils/_scatter.py:14) runs ...`).
 _THROUGH = {
@@ -34,6 +36,7 @@ _THROUGH = {
     THREADED_ACCUMULATE: "thread order varies gradients; use_deterministic_algorithms(True)",
     CUDA_EXT_ATOMIC: "it adds atomically on CUDA, so gradients vary; pass deterministic=True",
     NAMED_ATOMIC_KERNEL: "it adds atomically, by its name, so gradients vary; sum sorted segments",
+    NATIVE_ATOMIC: "its CUDA source adds floats with atomicAdd, so gradients vary",
 }
 
 
@@ -71,7 +74,13 @@ order that changes from run to run:
   names the def and where it is;
 - calls into a custom kernel whose name says it adds atomically (`_ext.scatter_add_atomic`,
   `torch.ops.mylib.atomic_segment_sum`, an imported `atomicAdd`); a function defined in the same
-  file is not one.
+  file is not one;
+- calls of a compiled extension's function whose C++/CUDA source is in the project
+  (`_ext.gather_points_grad(...)`, bound by `m.def("gather_points_grad", &gather_points_grad)`)
+  and reaches, through its calls and kernel launches, an `atomicAdd` (or `gpuAtomicAdd`) into a
+  target declared `float`, `double`, a half type or a floating template type such as `scalar_t`;
+  the message names the source line. Integer targets, a plain template `T`, a name bound more than
+  once where one binding adds nothing, and sources past 2,000 files are left out.
 
 Calls on tensors known to be int64 (an integer sum is exact in any order), `reduce="amax"`/`"amin"`,
 an `accumulate`/`reduce`/`deterministic` argument that is not a literal, and the same calls in
@@ -290,7 +299,7 @@ pick.register_autograd(backward, setup_context=setup_context)
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function, backward in methods_of_functions(model, "backward"):
             for found in nondeterministic_sums_in_backward(model, function, backward):
-                message = _MESSAGES[found.kind].format(shown=found.shown) if found.through is None else \
+                message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at) if found.through is None else \
                     f"{found.through} runs `{found.shown}`: {_THROUGH[found.kind]}"
                 yield Hit(found.node, message, subject=f"{function.name}.backward")
         for launch in atomic_kernel_launches_from_backward(model):

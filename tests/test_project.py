@@ -44,14 +44,14 @@ def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels", "gated",
-                                  "modes", "scripts"])
+                                  "modes", "scripts", "native"])
 def test_each_project_gets_exactly_its_expected_findings(name: str):
     root = PROJECTS / name
     assert _found(root, _check(root, cwd=root)) == _expected(root)
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels",
-                                  "gated", "modes", "scripts"])
+                                  "gated", "modes", "scripts", "native"])
 def test_no_precheck_hides_a_finding_that_rests_on_another_file(name: str, monkeypatch):
     """The prechecks read one file's CPython tree; what an imported name is, only the project
     index knows. Each project's findings with every precheck answering yes (the analysis alone
@@ -227,7 +227,7 @@ def _variants(source: str):
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle", "kernels", "gated",
-                                  "modes", "scripts"])
+                                  "modes", "scripts", "native"])
 def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: Path, name: str):
     """A cached result outlives an edit of a module it read when the parts it read are unchanged
     (project.ModuleFacts.part). Whatever the edit, the cached run must give what a run without the
@@ -468,3 +468,23 @@ def test_the_directories_a_script_puts_on_sys_path(tmp_path: Path, statements: s
     script = tmp_path / "app" / "tools" / "train.py"
     found = added_directories(ast.parse(statements), str(script))
     assert [Path(d).relative_to(tmp_path).as_posix() for d in found] == expected
+
+
+def test_an_edit_of_a_cuda_source_re_checks_the_op_that_calls_it(tmp_path: Path):
+    """GL302 on `_ext.gather_points_grad(...)` rests on csrc/points_gpu.cu: once its add is of
+    integers, the cached run answers as a fresh one (no finding), and an unrelated edit of the
+    Python file keeps the answer."""
+    from gradlint.check import CheckRequest, run_check
+
+    project = tmp_path / "native"
+    shutil.copytree(PROJECTS / "native", project)
+    (project / "pyproject.toml").write_text("[tool.gradlint]\n")
+
+    def codes(**options) -> list[tuple[str, int, str]]:
+        outcome = run_check(CheckRequest(paths=[project], jobs=1, **options))
+        return sorted((Path(f.path).name, f.line, f.code) for f in outcome.findings)
+
+    assert codes() == [("functions.py", 20, "GL302")]
+    kernel = project / "ops" / "csrc" / "points_gpu.cu"
+    kernel.write_text(kernel.read_text().replace("float *__restrict__ grad_points", "int *__restrict__ grad_points"))
+    assert codes() == codes(no_cache=True) == []
