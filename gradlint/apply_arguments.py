@@ -68,7 +68,15 @@ def _forward_uses_as_tensors(model: FileModel, function, position: int) -> bool:
     scan = model.prescan(forward)
     if position < len(params):
         received = model.input_value(params[position], scan)
-        return received.kind in (Kind.TENSOR, Kind.CONTAINER)
+        if received.kind is Kind.TENSOR:
+            return True
+        if received.kind is not Kind.CONTAINER:
+            return False
+        # A container: of tensors when its annotation says so (`xs: list[torch.Tensor]`) or forward
+        # uses its items as tensors (`xs[0].contiguous()`). An annotation alone (`new_shape: tuple`,
+        # `sizes: list[int]`) makes it a container and says nothing of tensors in it.
+        name = params[position].name.value
+        return any(m.is_tensor for m in received.members()) or name in scan.tensor_holders
     star = forward.params.star_arg
     if isinstance(star, cst.Param):  # forward(ctx, *tensors): what lands in it is used as tensors
         name = star.name.value
