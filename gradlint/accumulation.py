@@ -351,11 +351,24 @@ def _unordered(model: FileModel, call: _Call, exact: "_ExactSums") -> tuple[str,
                             and head not in model.function_class_names and head not in model.module_class_names)
     if _names_atomic_sum(last) and external:
         return NAMED_ATOMIC_KERNEL, dotted(func) or last
-    if external and not (qualified or "").startswith("torch."):
+    if external and _may_be_native(qualified or ""):
         native = model.native_float_atomic_add(last)
         if native is not None:
             return NATIVE_ATOMIC, dotted(func) or last, None, native[1]
     return None
+
+
+# torch.ops namespaces that are torch's own: an op of any other (`torch.ops.detectron2.x`) is a
+# project's custom op, whose kernels may be in its sources.
+_TORCH_OP_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_c10d_functional", "c10d", "_quantized"})
+
+
+def _may_be_native(qualified: str) -> bool:
+    """Whether a call so named may be a compiled extension's function: anything but torch's own."""
+    if not qualified.startswith("torch."):
+        return True
+    parts = qualified.split(".")
+    return len(parts) >= 4 and parts[1] == "ops" and parts[2] not in _TORCH_OP_NAMESPACES
 
 
 def _tensor_op(call: _Call, method: str, shown: str, shift: int, exact: "_ExactSums") -> tuple[str, str] | None:

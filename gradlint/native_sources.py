@@ -11,11 +11,15 @@ the C++ calls lead to the kernel.
 The reading is textual and errs towards unknown: comments and strings are blanked; a function is
 a name, a parameter list and a braced body (templates, `Class::` and kernel launches
 `k<<<grid, block>>>(...)` included); an edge is a call of a function defined in the sources, a
-launch, or `&function` (a kernel taken by address, then launched). Only an atomic add whose target
+launch, `&function` (a kernel taken by address, then launched), or a registration at the top
+level naming a dispatcher and its implementations (mmcv's `REGISTER_DEVICE_IMPL(op_impl, CUDA,
+op_cuda)`, which `DISPATCH_DEVICE_IMPL(op_impl, ...)` reaches). Only an atomic add whose target
 is declared, in the kernel's parameters or body, with a floating-point type (`float`, `double`,
 the half types, or a template type such as `scalar_t` or `weight_t` that is no index or integer
-type) counts; an integer target, an undeclared one or a plain template `T` is not reported. A
-Python name bound in several places counts only when every binding reaches such an add.
+type) counts; a template parameter `T` is the type the kernel is called or launched with
+(`k<scalar_t><<<...>>>` under AT_DISPATCH_FLOATING_TYPES), and unknown without one; an integer
+target or an undeclared one is not reported. A Python name bound in several places counts only
+when every binding reaches such an add.
 
 Sources are the files under the project's top directory, or its package root where it has no
 top (build, dist, third-party and hidden directories left out), at most _MAX_FILES of them and
@@ -41,8 +45,9 @@ _BINDING = re.compile(r'\.(?:def|impl)\s*\(\s*"(\w+)[^"]*"\s*,\s*(?:TORCH_FN\s*\
                       r'(?:py::overload_cast\s*<[^>]*>\s*\(\s*)?&?\s*([A-Za-z_][\w:]*)')
 # A call or a launch (`k<<<grid, block>>>(...)`, `k<scalar_t><<<...>>>`, template arguments one
 # level deep), or a function taken by address (`auto kernel = &k<Traits>;`).
-_CALLED = re.compile(r'\b([A-Za-z_]\w*)\s*(?:<<<|(?:<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>\s*)?(?:\(|<<<))')
-_ADDRESS = re.compile(r'&\s*([A-Za-z_]\w*)\b')
+_CALLED = re.compile(r'\b([A-Za-z_]\w*)\s*(?:<<<|(<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)?\s*(?:\(|<<<))')
+_ADDRESS = re.compile(r'&\s*([A-Za-z_]\w*)\s*(<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)?')
+_TEMPLATE = re.compile(r'template\s*<([^{};]*?)>\s*$')
 _DEFINED = re.compile(r'\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*?>\s*)?\(')
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "catch", "decltype", "alignof",
                             "static_assert", "defined", "__launch_bounds__", "__attribute__", "__declspec"})
@@ -75,12 +80,16 @@ class _Function:
 
 
 class NativeSources:
-    """The C++ and CUDA sources of one project, indexed once: bindings and function bodies."""
+    """The C++ and CUDA sources of one project, indexed once: bindings, function bodies and the
+    implementations registration macros name."""
 
     def __init__(self, texts: dict[str, str]):
         self._blanked: dict[str, str] = {}
         self._bindings: dict[str, set[str]] = {}
         self._functions: dict[str, list[_Function]] = {}
+        # `REGISTER_DEVICE_IMPL(roi_align_backward_impl, CUDA, roi_align_backward_cuda)` at the top
+        # level: the first name dispatches to the others (mmcv; torch's REGISTER_DISPATCH alike).
+        self._registered: dict[str, set[str]] = {}
         for path in sorted(texts):
             blanked, bound = _blank(texts[path])
             self._blanked[path] = blanked
@@ -88,6 +97,8 @@ class NativeSources:
                 self._bindings.setdefault(python_name, set()).add(native.rsplit("::", 1)[-1])
             for name, function in _functions(path, blanked):
                 self._functions.setdefault(name, []).append(function)
+            for first, others in _registrations(blanked):
+                self._registered.setdefault(first, set()).update(others)
         self._answers: dict[str, NativeSum | None] = {}
 
     @property
@@ -103,34 +114,45 @@ class NativeSources:
         return self._answers[python_name]
 
     def _reached(self, start: str) -> NativeSum | None:
+        """Breadth first from `start`, each function with the template arguments it was first
+        called or launched with (`kernel<scalar_t><<<...>>>`)."""
         seen = {start}
-        layer = [start]
+        layer: list[tuple[str, tuple[str, ...]]] = [(start, ())]
         for _ in range(_MAX_DEPTH):
-            following: list[str] = []
-            for name in layer:
+            following: list[tuple[str, tuple[str, ...]]] = []
+            for name, arguments in layer:
                 for function in self._functions.get(name, ()):
                     body = self._blanked[function.path][function.start:function.end]
-                    found = self._float_add(function, name, body)
+                    found = self._float_add(function, name, body, arguments)
                     if found is not None:
                         return found
-                    for callee in _callees(body):
-                        if callee in self._functions and callee not in seen:
+                    for callee, callee_arguments in _callees(body):
+                        if callee not in seen and (callee in self._functions or callee in self._registered):
                             seen.add(callee)
-                            following.append(callee)
+                            following.append((callee, callee_arguments))
+                for registered in sorted(self._registered.get(name, ())):
+                    if registered not in seen:
+                        seen.add(registered)
+                        following.append((registered, ()))
             if not following:
                 return None
             layer = sorted(following)
         return None
 
-    def _float_add(self, function: _Function, name: str, body: str) -> NativeSum | None:
+    def _float_add(self, function: _Function, name: str, body: str, arguments: tuple[str, ...]) -> NativeSum | None:
         text = self._blanked[function.path]
         declarations = text[function.header:function.end]
+        parameters = _template_parameters(text, function.header)
         for match in _ATOMIC_ADD.finditer(body):
             target = _first_argument(body, match.end())
             base = re.match(r'[\s&(*]*([A-Za-z_]\w*)', target or "")
             if base is None:
                 continue
-            if _is_float(_declared_type(declarations, base.group(1))):
+            declared = _declared_type(declarations, base.group(1))
+            if declared in parameters and parameters.index(declared) < len(arguments):
+                # `T *grad` in a kernel launched as `k<scalar_t><<<...>>>`: what T is there
+                declared = arguments[parameters.index(declared)].rsplit("::", 1)[-1]
+            if _is_float(declared):
                 line = text.count("\n", 0, function.start + match.start()) + 1
                 return NativeSum(function.path, line, name)
         return None
@@ -212,22 +234,88 @@ def _member_access(text: str, at: int) -> bool:
     return before.endswith((".", "->"))
 
 
+_BRACKETS = {"(": re.compile(r"[()]"), "{": re.compile(r"[{}]")}
+
+
 def _matching(text: str, at: int, opening: str, closing: str) -> int | None:
+    """Where the bracket opened at `at` closes (only the brackets are visited: a regex finds them)."""
     depth = 0
-    for index in range(at, len(text)):
-        char = text[index]
-        if char == opening:
+    for match in _BRACKETS[opening].finditer(text, at):
+        if match.group() == opening:
             depth += 1
-        elif char == closing:
+        else:
             depth -= 1
             if depth == 0:
-                return index
+                return match.start()
     return None
 
 
-def _callees(body: str) -> set[str]:
-    """Names called, launched or taken by address in a body."""
-    return {m.group(1) for m in _CALLED.finditer(body)} | {m.group(1) for m in _ADDRESS.finditer(body)}
+def _callees(body: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Names called, launched or taken by address in a body, each with its template arguments."""
+    return [(m.group(1), _split_arguments(m.group(2))) for regex in (_CALLED, _ADDRESS) for m in regex.finditer(body)]
+
+
+def _split_arguments(written: str | None) -> tuple[str, ...]:
+    """`<scalar_t, 4>` -> ("scalar_t", "4")."""
+    if not written:
+        return ()
+    inner, parts, depth, current = written[1:-1], [], 0, ""
+    for char in inner:
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+            continue
+        depth += (char == "<") - (char == ">")
+        current += char
+    return (*parts, current.strip())
+
+
+def _template_parameters(text: str, header: int) -> list[str]:
+    """The names of the template parameters a definition is declared with (`template <typename
+    T, int N>` -> ["T", "N"]), read back from its name to the statement before it."""
+    before = text[max(0, header - 400):header]
+    cut = max(before.rfind(";"), before.rfind("}"))
+    found = _TEMPLATE.search(re.sub(r'\b[A-Za-z_][\w:]*\s*(?:\*|&)*\s*$', "", before[cut + 1:].rstrip())
+                             .replace("__global__", "").replace("__device__", "").replace("__host__", "")
+                             .replace("static", "").replace("inline", "").replace("__forceinline__", "").rstrip())
+    if found is None:
+        return []
+    return [part.split("=")[0].split()[-1] for part in found.group(1).split(",") if part.split("=")[0].split()]
+
+
+def _registrations(text: str):
+    """(first name, the other names) of each invocation at the top level, outside any body, that
+    names two or more functions: a registration macro pairing a dispatcher with its implementations."""
+    depth, segment = 0, 0
+    for brace in _BRACKETS["{"].finditer(text):
+        if depth == 0:
+            yield from _invocations(text, segment, brace.start())
+        depth += 1 if brace.group() == "{" else -1
+        if depth == 0:
+            segment = brace.end()
+        depth = max(depth, 0)
+    if depth == 0:
+        yield from _invocations(text, segment, len(text))
+
+
+_INVOKED = re.compile(r'(?<![\w:.>])([A-Za-z_]\w*)\s*\(')
+_BARE_ARGUMENT = re.compile(r'(?:^|,)\s*&?\s*([A-Za-z_][\w:]*)\s*(?=,|$)')
+
+
+def _invocations(text: str, start: int, end: int):
+    position = start
+    while True:
+        match = _INVOKED.search(text, position, end)
+        if match is None:
+            return
+        close = _matching(text, match.end() - 1, "(", ")")
+        if close is None or close >= end:
+            return
+        position = close + 1
+        if re.match(r'[ \t]*;?[ \t]*(?:\n|$)', text[close + 1:close + 80]):  # a statement of its own, no body
+            names = [n.rsplit("::", 1)[-1] for n in _BARE_ARGUMENT.findall(text[match.end():close])]
+            if len(names) >= 2:
+                yield names[0], names[1:]
 
 
 def _first_argument(text: str, at: int) -> str | None:

@@ -76,11 +76,14 @@ order that changes from run to run:
   `torch.ops.mylib.atomic_segment_sum`, an imported `atomicAdd`); a function defined in the same
   file is not one;
 - calls of a compiled extension's function whose C++/CUDA source is in the project
-  (`_ext.gather_points_grad(...)`, bound by `m.def("gather_points_grad", &gather_points_grad)`)
-  and reaches, through its calls and kernel launches, an `atomicAdd` (or `gpuAtomicAdd`) into a
-  target declared `float`, `double`, a half type or a floating template type such as `scalar_t`;
-  the message names the source line. Integer targets, a plain template `T`, a name bound more than
-  once where one binding adds nothing, and sources past 2,000 files are left out.
+  (`_ext.gather_points_grad(...)`, bound by `m.def("gather_points_grad", &gather_points_grad)`;
+  `torch.ops.myops.op(...)` of a project's own namespace) that reach, through calls, kernel
+  launches and the implementations a registration macro names (`REGISTER_DEVICE_IMPL(op_impl,
+  CUDA, op_cuda)`), an `atomicAdd` (or `gpuAtomicAdd`) into a target declared `float`, `double`,
+  a half type or a floating template type such as `scalar_t` (a template `T` is what the kernel is
+  launched with: `k<scalar_t><<<...>>>`); the message names the source line. Integer targets, a
+  `T` launched with no known type, a name bound more than once where one binding adds nothing,
+  and sources past 2,000 files are left out.
 
 Calls on tensors known to be int64 (an integer sum is exact in any order), `reduce="amax"`/`"amin"`,
 an `accumulate`/`reduce`/`deterministic` argument that is not a literal, and the same calls in

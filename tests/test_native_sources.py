@@ -92,3 +92,56 @@ def test_too_many_sources_are_not_read(tmp_path, monkeypatch):
     assert sorted(p.rsplit("/", 1)[1] for p in read_sources(str(tmp_path), 1_000_000)) == [f"k{i}.cu" for i in range(4)]
     monkeypatch.setattr(native_sources, "_MAX_FILES", 3)
     assert read_sources(str(tmp_path), 1_000_000) is None
+
+
+# mmcv's way: the bound function calls an `_impl` that dispatches to the implementation a
+# registration macro names, whose launcher launches a kernel templated on T with scalar_t.
+REGISTERED = {
+    "ops/pybind.cpp": """
+        PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("pool_backward", &pool_backward); }
+    """,
+    "ops/pool.cpp": """
+        void pool_backward_impl(Tensor grad, Tensor out) {
+          DISPATCH_DEVICE_IMPL(pool_backward_impl, grad, out);
+        }
+        void pool_backward(Tensor grad, Tensor out) { pool_backward_impl(grad, out); }
+    """,
+    "ops/cudabind.cpp": """
+        void pool_backward_cuda(Tensor grad, Tensor out) { PoolBackwardLauncher(grad, out); }
+        void pool_backward_impl(Tensor grad, Tensor out);
+        REGISTER_DEVICE_IMPL(pool_backward_impl, CUDA, pool_backward_cuda);
+    """,
+    "ops/pool_cuda.cu": """
+        void PoolBackwardLauncher(Tensor grad, Tensor out) {
+          AT_DISPATCH_FLOATING_TYPES_AND_HALF(grad.scalar_type(), "pool_backward", ([&] {
+            pool_backward_kernel<scalar_t><<<GET_BLOCKS(n), THREADS>>>(n, grad.data_ptr<scalar_t>(),
+                                                                       out.data_ptr<scalar_t>());
+          }));
+        }
+    """,
+    "ops/pool_kernel.cuh": """
+        template <typename T>
+        __global__ void pool_backward_kernel(const int n, const T* grad, T* out) {
+          CUDA_1D_KERNEL_LOOP(index, n) { atomicAdd(out + index / 4, grad[index]); }
+        }
+    """,
+}
+
+
+def test_a_registered_implementation_and_a_kernel_launched_with_scalar_t_are_followed():
+    texts = {path: textwrap.dedent(text) for path, text in REGISTERED.items()}
+    found = NativeSources(texts).float_atomic_add("pool_backward")
+    assert found is not None and (found.path, found.kernel) == ("ops/pool_kernel.cuh", "pool_backward_kernel")
+
+
+def test_a_kernel_launched_with_an_integer_type_adds_integers():
+    texts = {path: textwrap.dedent(text) for path, text in REGISTERED.items()}
+    texts["ops/pool_cuda.cu"] = texts["ops/pool_cuda.cu"].replace("pool_backward_kernel<scalar_t>", "pool_backward_kernel<int>")
+    assert NativeSources(texts).float_atomic_add("pool_backward") is None
+
+
+def test_without_the_registration_the_dispatch_is_not_followed():
+    texts = {path: textwrap.dedent(text) for path, text in REGISTERED.items()}
+    texts["ops/cudabind.cpp"] = texts["ops/cudabind.cpp"].replace(
+        "REGISTER_DEVICE_IMPL(pool_backward_impl, CUDA, pool_backward_cuda);", "")
+    assert NativeSources(texts).float_atomic_add("pool_backward") is None
