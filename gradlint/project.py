@@ -541,9 +541,9 @@ class Project:
         self._added: tuple[str, ...] = ()  # the directories the checked file puts on sys.path
         # The checked file's project top (a pyproject.toml, setup.py, .git), or else its package root
         self._top: str | None = None
-        # The C++ and CUDA sources under a project top, indexed once, with their digests (None:
-        # too many to read)
-        self._native: dict[str, tuple[NativeSources, dict[str, str]] | None] = {}
+        # The C++ and CUDA sources under a project top, indexed once, with their digests and stamps
+        # (None: too many to read)
+        self._native: dict[str, tuple[NativeSources, dict[str, str], dict[str, tuple | None]] | None] = {}
         self.current = ""  # the checked file's dotted name
         # Every project module read for the current file, and what was read of it.
         self.consulted: dict[str, Reads] = {}
@@ -586,6 +586,9 @@ class Project:
         # A module not found before may have been created since: looked for again, as are the stale.
         self._modules = {k: v for k, v in self._modules.items() if v is not None and v.path not in stale}
         self._absent = {}
+        # C++ and CUDA sources are indexed again when one of them was edited (one added is not seen)
+        self._native = {top: indexed for top, indexed in self._native.items()
+                        if indexed is None or all(_stamp(path) == stamp for path, stamp in indexed[2].items())}
 
     def _loaded(self) -> dict[str, ModuleFacts]:
         return {module.path: module for module in self._modules.values() if module is not None}
@@ -824,11 +827,11 @@ class Project:
             files = read_sources(top, self.max_bytes)
             self._native[top] = None if files is None else (
                 NativeSources({path: data.decode("utf-8", "replace") for path, data in files.items()}),
-                {path: bytes_digest(data) for path, data in files.items()})
+                {path: bytes_digest(data) for path, data in files.items()}, {path: _stamp(path) for path in files})
         indexed = self._native[top]
         if indexed is None:
             return None
-        sources, digests = indexed
+        sources, digests, _ = indexed
         for path, digest in digests.items():
             read = Reads("", digest, {NATIVE: bytes_digest(repr(digest).encode("utf-8"))})
             for record in (self.consulted, *(asked.depends for asked in self._asking)):

@@ -489,3 +489,29 @@ def test_an_edit_of_a_cuda_source_re_checks_the_op_that_calls_it(tmp_path: Path)
     kernel = project / "ops" / "csrc" / "points_gpu.cu"
     kernel.write_text(kernel.read_text().replace("float *__restrict__ grad_points", "int *__restrict__ grad_points"))
     assert codes() == codes(no_cache=True) == others
+
+
+def test_an_editor_session_reads_an_edited_cuda_source_again(tmp_path: Path):
+    """The language server keeps one Project across edits (refresh between lints): an edited
+    kernel is read again, an unchanged one is not."""
+    import ast
+
+    from gradlint.project import Project
+
+    project_dir = tmp_path / "native"
+    shutil.copytree(PROJECTS / "native", project_dir)
+    (project_dir / "pyproject.toml").write_text("[tool.gradlint]\n")
+    checked = project_dir / "ops" / "functions.py"
+    project = Project()
+
+    def asked() -> bool:
+        project.refresh()
+        project.begin(str(checked), ast.parse(checked.read_text()))
+        return project.native_float_atomic_add("gather_points_grad") is not None
+
+    assert asked()
+    index = project._native[str(project_dir)]
+    assert asked() and project._native[str(project_dir)] is index  # nothing edited: kept
+    kernel = project_dir / "ops" / "csrc" / "points_gpu.cu"
+    kernel.write_text(kernel.read_text().replace("float *__restrict__ grad_points", "int *__restrict__ grad_points"))
+    assert not asked()
