@@ -28,7 +28,7 @@ _MESSAGES = {
     CUDA_EXT_ATOMIC: "`{shown}` adds atomically on CUDA: gradients vary run to run; pass deterministic=True",
     NAMED_ATOMIC_KERNEL: "`{shown}(...)` in backward adds atomically, by its name: gradients vary; "
                          "sum sorted segments",
-    NATIVE_ATOMIC: "`{shown}(...)` in backward adds floats with atomicAdd ({at}): gradients vary run to run",
+    NATIVE_ATOMIC: "`{shown}` in backward: float atomicAdd ({at}) varies gradients; sum in a fixed order",
 }
 # The same, for a call made by a def backward calls (`scatter() (utils/_scatter.py:14) runs ...`).
 _THROUGH = {
@@ -38,6 +38,15 @@ _THROUGH = {
     NAMED_ATOMIC_KERNEL: "it adds atomically, by its name, so gradients vary; sum sorted segments",
     NATIVE_ATOMIC: "its CUDA source adds floats with atomicAdd, so gradients vary",
 }
+
+
+def _message(found) -> str:
+    """One line of at most 120 characters where it can be: a long source path gives way to its
+    file name, then the advice (the doc has it) to the names."""
+    message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at)
+    if len(message) > 120 and found.at is not None:
+        message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at.replace("\\", "/").rsplit("/", 1)[-1])
+    return message.removesuffix("; sum in a fixed order") if len(message) > 120 else message
 
 
 class NondeterministicAccumulateInBackward(Rule):
@@ -302,7 +311,7 @@ pick.register_autograd(backward, setup_context=setup_context)
     def check(self, model: FileModel) -> Iterator[Hit]:
         for function, backward in methods_of_functions(model, "backward"):
             for found in nondeterministic_sums_in_backward(model, function, backward):
-                message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at) if found.through is None else \
+                message = _message(found) if found.through is None else \
                     f"{found.through} runs `{found.shown}`: {_THROUGH[found.kind]}"
                 yield Hit(found.node, message, subject=f"{function.name}.backward")
         for launch in atomic_kernel_launches_from_backward(model):
