@@ -1257,7 +1257,7 @@ class Walker:
             if result is not None:
                 return result
             result = self._own_method(e, func, receiver, args)
-            if receiver.kind is Kind.MODULE and (result is None or result.kind is Kind.UNKNOWN and not result.holds_graph()):
+            if receiver.kind is Kind.MODULE and (result is None or (result.kind is Kind.UNKNOWN and not result.holds_graph())):
                 # `model.compute_loss(out)`: its def, walked, says what each place holds
                 # (`return loss, loss.item(), 0`); where it cannot, the method's name guesses
                 result = self._module_method(func.attr.value, positional) or result

@@ -544,6 +544,7 @@ class Project:
         # The C++ and CUDA sources under a project top, indexed once, with their digests and stamps
         # (None: too many to read)
         self._native: dict[str, tuple[NativeSources, dict[str, str], dict[str, tuple | None]] | None] = {}
+        self._native_noted: set[tuple[int, str]] = set()  # (id of a record, top) noted since begin
         self.current = ""  # the checked file's dotted name
         # Every project module read for the current file, and what was read of it.
         self.consulted: dict[str, Reads] = {}
@@ -566,6 +567,7 @@ class Project:
         self._top = top if top is not None else root  # a package root: where its imports are found
         self.anchor = os.path.dirname(os.path.abspath(path))
         self._added = added_directories(tree, path) if tree is not None else ()
+        self._native_noted = set()
         self.consulted = {place: Reads("", "", {EXISTS: "yes" if there else "no"}) for place, there in looked.items()}
         self._under_way = {dotted}
         self.current = dotted
@@ -832,10 +834,12 @@ class Project:
         if indexed is None:
             return None
         sources, digests, _ = indexed
-        for path, digest in digests.items():
-            read = Reads("", digest, {NATIVE: bytes_digest(repr(digest).encode("utf-8"))})
-            for record in (self.consulted, *(asked.depends for asked in self._asking)):
-                _merge(record, path, read)
+        for record in (self.consulted, *(asked.depends for asked in self._asking)):
+            # once per record and file checked: a backward asks about every name it calls
+            if (id(record), top) not in self._native_noted:
+                self._native_noted.add((id(record), top))
+                for path, digest in digests.items():
+                    _merge(record, path, Reads("", digest, {NATIVE: bytes_digest(repr(digest).encode("utf-8"))}))
         found = sources.float_atomic_add(name)
         if found is None:
             return None

@@ -23,6 +23,8 @@ from __future__ import annotations
 import ast
 import os
 
+from gradlint.prechecks import dotted as _dotted
+
 _PATH_FUNCTIONS = {"dirname": os.path.dirname, "abspath": os.path.abspath, "realpath": os.path.abspath,
                    "normpath": os.path.normpath}
 _SAME = frozenset({"str", "os.fspath", "fspath", "Path", "pathlib.Path", "PurePath", "pathlib.PurePath"})
@@ -115,11 +117,3 @@ def _part(node: ast.expr) -> str | None:
     """A literal part joined onto a path."""
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner is not None else None
-    return None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 from gradlint import prechecks
@@ -45,7 +46,7 @@ def _message(found) -> str:
     file name, then the advice (the doc has it) to the names."""
     message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at)
     if len(message) > 120 and found.at is not None:
-        message = _MESSAGES[found.kind].format(shown=found.shown, at=found.at.replace("\\", "/").rsplit("/", 1)[-1])
+        message = _MESSAGES[found.kind].format(shown=found.shown, at=os.path.basename(found.at))
     return message.removesuffix("; sum in a fixed order") if len(message) > 120 else message
 
 
