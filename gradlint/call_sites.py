@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -27,6 +28,9 @@ class CallSite:
     # Under an `if` whose test takes a remainder (`if step % 100 == 0:`) within its innermost loop:
     # the call runs every so many iterations, not every one.
     periodic: bool = False
+    # The `with` items around it within its function, outermost first (`torch.no_grad()`): the
+    # analysis qualifies them, this pass has no imports.
+    contexts: tuple[cst.BaseExpression, ...] = ()
 
     @property
     def loop(self) -> cst.For | cst.While | None:
@@ -44,38 +48,44 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
 
 def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
     found: list[CallSite] = []
-    _visit(statement, found, None, None, (), False)
+    _visit(statement, found, None, None, (), False, ())
     return tuple(found)
 
 
-def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic) -> None:
+def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic, contexts) -> None:
     # A module-level function, not a closure calling itself: that closure is a reference cycle,
     # and through `found` it would keep the whole tree alive until the cyclic collector ran
     # (tests/test_reference_cycles.py checks that a lint leaves no tree to it).
     kind = type(node)
     if kind is cst.FunctionDef:
         for decorator in node.decorators:
-            _visit(decorator, found, function, owner, loops, periodic)
-        _visit(node.body, found, node, owner, (), False)
+            _visit(decorator, found, function, owner, loops, periodic, contexts)
+        _visit(node.body, found, node, owner, (), False, ())
         return
     if kind is cst.ClassDef:
         for child in (*node.bases, *node.keywords, *node.decorators):
-            _visit(child, found, function, owner, loops, periodic)
-        _visit(node.body, found, function, node, loops, periodic)
+            _visit(child, found, function, owner, loops, periodic, contexts)
+        _visit(node.body, found, function, node, loops, periodic, contexts)
         return
     if kind is cst.Call:
-        found.append(CallSite(node, function, owner, loops, periodic))
+        found.append(CallSite(node, function, owner, loops, periodic, contexts))
     if kind is cst.For or kind is cst.While:
         loops, periodic = (*loops, node), False
     if kind is cst.If:
-        _visit(node.test, found, function, owner, loops, periodic)
+        _visit(node.test, found, function, owner, loops, periodic, contexts)
         inner = periodic or _takes_a_remainder(node.test)
-        _visit(node.body, found, function, owner, loops, inner)
+        _visit(node.body, found, function, owner, loops, inner, contexts)
         if node.orelse is not None:
-            _visit(node.orelse, found, function, owner, loops, inner)
+            _visit(node.orelse, found, function, owner, loops, inner, contexts)
+        return
+    if kind is cst.With:
+        for item in node.items:
+            _visit(item, found, function, owner, loops, periodic, contexts)
+        _visit(node.body, found, function, owner, loops, periodic,
+               (*contexts, *(item.item for item in node.items)))
         return
     for child in child_nodes(node):
-        _visit(child, found, function, owner, loops, periodic)
+        _visit(child, found, function, owner, loops, periodic, contexts)
 
 
 def _takes_a_remainder(test: cst.BaseExpression) -> bool:
@@ -107,16 +117,20 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | None:
+def step_loop(site: CallSite, sites: list[CallSite],
+              grad_off: Callable[[CallSite], bool] | None = None) -> cst.For | cst.While | None:
     """The loop whose one iteration is the training step the call runs in: the innermost around it
     that steps an optimizer itself or goes over a loader/dataset/epochs, unless the steps are made
     in a loop of their own nested in it (the call then runs once per epoch, or per collection of
     data, between many steps). A loop over the step's losses, heads or optimizers is part of one
-    step. None: the function is the step, or the call is in no step."""
+    step. A loop over a loader that trains nothing and runs with grad off is an evaluation
+    (`_evaluates`), when `grad_off` says which calls run so. None: the function is the step, or the
+    call is in no step."""
     optimizer_calls = [s for s in sites if _steps_optimizer(s.call) and s.function is site.function]
     step_loops = {id(loop) for s in optimizer_calls if (loop := _own_step_loop(s)) is not None}
     for loop in reversed(site.loops):
-        training = id(loop) in step_loops or TRAINING_ITERABLE.search(code(_header(loop))) is not None
+        training = id(loop) in step_loops or (TRAINING_ITERABLE.search(code(_header(loop))) is not None
+                                              and not (grad_off is not None and _evaluates(loop, site, sites, grad_off)))
         if not training:
             if any(loop in s.loops for s in optimizer_calls):
                 return None  # the steps are in a loop nested in this one: the call is between steps
@@ -126,6 +140,26 @@ def step_loop(site: CallSite, sites: list[CallSite]) -> cst.For | cst.While | No
             return None  # an epoch loop around the step loop: once per epoch, not per step
         return loop
     return None
+
+
+def _evaluates(loop: cst.For | cst.While, site: CallSite, sites: list[CallSite],
+              grad_off: Callable[[CallSite], bool]) -> bool:
+    """A loop over a loader that nothing in it trains by (no backward, zero_grad or optimizer step
+    among its calls) and that runs with grad off: around the call (`with torch.no_grad():` over the
+    loop, an `@torch.no_grad()` evaluate) or around the work in it (`with torch.no_grad(): out =
+    model(x)` in the body). Its header alone made it a training loop: an evaluation or inference
+    loop over `eval_loader` is one step of nothing (real code: DGL's evaluate() and inference
+    scripts clear the cache per batch, labelled fine)."""
+    inside = [s for s in sites if s.function is site.function and loop in s.loops]
+    if any(_trains(s.call) for s in inside):
+        return False
+    return grad_off(site) or any(grad_off(s) for s in inside)
+
+
+def _trains(call: cst.Call) -> bool:
+    method = method_name(call)
+    return method in ("backward", "zero_grad") or _steps_optimizer(call) \
+        or (isinstance(call.func, cst.Name) and call.func.value == "backward")
 
 
 _OPTIMIZER_LIST = re.compile(r"optim|\bopts?\b|schedulers?|param", re.IGNORECASE)
@@ -155,13 +189,14 @@ def _loops_inside(loop: cst.For | cst.While, site: CallSite, sites: list[CallSit
     return list(found.values())
 
 
-def in_training_step(site: CallSite, sites: list[CallSite]) -> bool:
+def in_training_step(site: CallSite, sites: list[CallSite],
+                     grad_off: Callable[[CallSite], bool] | None = None) -> bool:
     """Whether a call runs once per training step: in a loop (or, outside loops, a function with no
     training loop of its own) that also steps an optimizer (`.step()`), or in a loop over a
     loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
     if site.loops:
-        return step_loop(site, sites) is not None
+        return step_loop(site, sites, grad_off) is not None
     optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
     # Outside loops, the function is one step unless it steps the optimizer inside a training loop
     # of its own (over a loader, or calling backward): then the call runs once, before or after

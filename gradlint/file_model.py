@@ -740,8 +740,14 @@ class FileModel:
         """Whether a call runs once per training step (call_sites.in_training_step), or runs in the
         forward or backward of an autograd Function or an nn.Module's forward, which every step
         runs (outside loops of their own)."""
-        return in_training_step(site, self.call_sites) or (
+        return in_training_step(site, self.call_sites, self._grad_off) or (
             not site.loops and site.function is not None and id(site.function) in self._per_step_methods)
+
+    def _grad_off(self, site: CallSite) -> bool:
+        """Whether a call runs with grad off: under `with torch.no_grad():` (inference_mode,
+        set_grad_enabled(False)) in its function, or in a def decorated so."""
+        return any(disables_grad(context, self.imports) for context in site.contexts) \
+            or (site.function is not None and self.decorated_no_grad(site.function))
 
     @cached_property
     def _per_step_methods(self) -> set[int]:

@@ -19,8 +19,9 @@ class EmptyCacheInLoop(Rule):
 Flags `torch.cuda.empty_cache()` once per training step: in a loop or function that also calls
 `optimizer.step()`, in a loop over a loader, dataset or epochs, or in the forward or backward of
 an autograd Function or an nn.Module's forward (every step runs them). Clearing the cache once
-after training, once per epoch, every so many steps (`if step % 100 == 0:`), or in a loop over
-devices, is not reported.
+after training, once per epoch, every so many steps (`if step % 100 == 0:`), in a loop over
+devices, or in an evaluation loop (over a loader, with grad off around the call or the work in it,
+and no backward, `zero_grad()` or optimizer step in it) is not reported.
 
 ## Why is this bad?
 `empty_cache()` returns the caching allocator's *unused* blocks to the driver. It frees no tensor
@@ -79,6 +80,24 @@ def train_epoch(model, loader, optimizer):
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 """,
+        # Evaluation and inference over a loader: nothing trains there, and grad is off.
+        """
+import torch as th
+def evaluate(model, eval_loader):
+    with th.no_grad():
+        for x in eval_loader:
+            th.cuda.empty_cache()
+            model(x)
+@th.no_grad()
+def predict(model, dataloader):
+    for x in dataloader:
+        model(x)
+        th.cuda.empty_cache()
+for batch in test_loader:
+    with th.no_grad():
+        out = model(batch)
+    th.cuda.empty_cache()
+""",
     )
     INVALID = (
         Invalid("""
@@ -88,6 +107,17 @@ for x, y in loader:
     loss.backward()
     th.cuda.empty_cache()
 """, ("th.cuda.empty_cache()",)),
+        # A training loop that also scores a batch with grad off is still a training loop.
+        Invalid("""
+import torch
+for x, y in train_loader:
+    with torch.no_grad():
+        ema_out = ema_model(x)
+    loss = criterion(model(x), y) + kd(ema_out)
+    loss.backward()
+    optimizer.step()
+    torch.cuda.empty_cache()
+""", ("torch.cuda.empty_cache()",)),
         # A loss Function that clears the cache in its forward: once per batch.
         Invalid("""
 import torch
