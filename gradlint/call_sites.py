@@ -8,8 +8,8 @@ libcst's visitor).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import libcst as cst
 
