@@ -8,8 +8,8 @@ libcst's visitor).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import libcst as cst
 
@@ -117,20 +117,30 @@ def is_true(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def step_loop(site: CallSite, sites: list[CallSite],
-              grad_off: Callable[[CallSite], bool] | None = None) -> cst.For | cst.While | None:
+class LoopFacts(Protocol):
+    """What the analysis knows of a call that one pass over calls cannot: the file's imports and defs."""
+
+    def grad_off(self, site: CallSite) -> bool:
+        """Whether the call runs with grad off (a `with torch.no_grad():` around it, a no-grad def)."""
+
+    def runs_steps(self, site: CallSite) -> bool:
+        """Whether the call runs a def of the file with a training loop of its own (`train(epoch)`)."""
+
+
+def step_loop(site: CallSite, sites: list[CallSite], facts: LoopFacts | None = None) -> cst.For | cst.While | None:
     """The loop whose one iteration is the training step the call runs in: the innermost around it
     that steps an optimizer itself or goes over a loader/dataset/epochs, unless the steps are made
     in a loop of their own nested in it (the call then runs once per epoch, or per collection of
     data, between many steps). A loop over the step's losses, heads or optimizers is part of one
-    step. A loop over a loader that trains nothing and runs with grad off is an evaluation
-    (`_evaluates`), when `grad_off` says which calls run so. None: the function is the step, or the
-    call is in no step."""
+    step. Given what the analysis knows of calls (`facts`), a loop that is a training loop by its
+    header alone is not one when it evaluates or when it calls a def that runs the steps itself
+    (`for epoch in ...: train(epoch); torch.cuda.empty_cache()`: once per epoch), `_not_a_step`.
+    None: the function is the step, or the call is in no step."""
     optimizer_calls = [s for s in sites if _steps_optimizer(s.call) and s.function is site.function]
     step_loops = {id(loop) for s in optimizer_calls if (loop := _own_step_loop(s)) is not None}
     for loop in reversed(site.loops):
         training = id(loop) in step_loops or (TRAINING_ITERABLE.search(code(_header(loop))) is not None
-                                              and not (grad_off is not None and _evaluates(loop, site, sites, grad_off)))
+                                              and not (facts is not None and _not_a_step(loop, site, sites, facts)))
         if not training:
             if any(loop in s.loops for s in optimizer_calls):
                 return None  # the steps are in a loop nested in this one: the call is between steps
@@ -142,18 +152,30 @@ def step_loop(site: CallSite, sites: list[CallSite],
     return None
 
 
-def _evaluates(loop: cst.For | cst.While, site: CallSite, sites: list[CallSite],
-              grad_off: Callable[[CallSite], bool]) -> bool:
-    """A loop over a loader that nothing in it trains by (no backward, zero_grad or optimizer step
-    among its calls) and that runs with grad off: around the call (`with torch.no_grad():` over the
-    loop, an `@torch.no_grad()` evaluate) or around the work in it (`with torch.no_grad(): out =
-    model(x)` in the body). Its header alone made it a training loop: an evaluation or inference
-    loop over `eval_loader` is one step of nothing (real code: DGL's evaluate() and inference
-    scripts clear the cache per batch, labelled fine)."""
+def _not_a_step(loop: cst.For | cst.While, site: CallSite, sites: list[CallSite], facts: LoopFacts) -> bool:
+    """Whether a loop its header alone made a training loop is none:
+    - it evaluates: nothing in it trains (no backward, zero_grad or optimizer step among its
+      calls) and it runs with grad off, around the call (`with torch.no_grad():` over the loop, an
+      `@torch.no_grad()` evaluate) or around the work in it (`with torch.no_grad(): out = model(x)`
+      in the body). Real code: DGL's evaluate() and inference scripts clear the cache per batch,
+      labelled fine;
+    - it calls a def that runs a training loop of its own: each of its iterations is many steps
+      (ogb's `for epoch in ...: loss = train(epoch); torch.cuda.empty_cache(); test()`, labelled
+      fine: once per epoch)."""
     inside = [s for s in sites if s.function is site.function and loop in s.loops]
+    if any(facts.runs_steps(s) for s in inside):
+        return True
     if any(_trains(s.call) for s in inside):
         return False
-    return grad_off(site) or any(grad_off(s) for s in inside)
+    return facts.grad_off(site) or any(facts.grad_off(s) for s in inside)
+
+
+def runs_a_training_loop(function: cst.FunctionDef, sites: list[CallSite]) -> bool:
+    """Whether a def steps an optimizer or runs backward inside a loop of its own, or loops over a
+    loader, dataset or epochs."""
+    own = [s for s in sites if s.function is function and s.loops]
+    return any(_trains(s.call) for s in own) \
+        or any(TRAINING_ITERABLE.search(code(_header(loop))) for s in own for loop in s.loops)
 
 
 def _trains(call: cst.Call) -> bool:
@@ -189,14 +211,13 @@ def _loops_inside(loop: cst.For | cst.While, site: CallSite, sites: list[CallSit
     return list(found.values())
 
 
-def in_training_step(site: CallSite, sites: list[CallSite],
-                     grad_off: Callable[[CallSite], bool] | None = None) -> bool:
+def in_training_step(site: CallSite, sites: list[CallSite], facts: LoopFacts | None = None) -> bool:
     """Whether a call runs once per training step: in a loop (or, outside loops, a function with no
     training loop of its own) that also steps an optimizer (`.step()`), or in a loop over a
     loader/dataset/epochs.
     A loop over a model's outputs or over devices inside one step is not one."""
     if site.loops:
-        return step_loop(site, sites, grad_off) is not None
+        return step_loop(site, sites, facts) is not None
     optimizer_calls = [s for s in sites if _steps_optimizer(s.call)]
     # Outside loops, the function is one step unless it steps the optimizer inside a training loop
     # of its own (over a loader, or calling backward): then the call runs once, before or after

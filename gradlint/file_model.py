@@ -19,7 +19,7 @@ from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
 from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, disables_grad, foreign_arguments,
                            looks_like_module, walk_called)
-from gradlint.call_sites import CallSite, collect_call_sites, in_training_step
+from gradlint.call_sites import CallSite, collect_call_sites, in_training_step, runs_a_training_loop
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
 from gradlint.prescan import Prescan, child_nodes
 from gradlint.native_sources import NativeSum
@@ -132,6 +132,7 @@ class FileModel:
         self._single_walks: dict[int, Walk] = {}
         self._forward_numbers: dict[str, frozenset[int]] = {}  # see forward_numbers
         self._no_grad_decorated: dict[int, bool] = {}  # see decorated_no_grad
+        self._runs_steps: dict[int, bool] = {}  # see runs_steps
         self._loops: dict[int, object] = {}
         self._names: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
@@ -740,14 +741,35 @@ class FileModel:
         """Whether a call runs once per training step (call_sites.in_training_step), or runs in the
         forward or backward of an autograd Function or an nn.Module's forward, which every step
         runs (outside loops of their own)."""
-        return in_training_step(site, self.call_sites, self._grad_off) or (
+        return in_training_step(site, self.call_sites, self) or (
             not site.loops and site.function is not None and id(site.function) in self._per_step_methods)
 
-    def _grad_off(self, site: CallSite) -> bool:
+    # call_sites.LoopFacts: what a loop's calls are, for the loops their header alone makes training loops
+
+    def grad_off(self, site: CallSite) -> bool:
         """Whether a call runs with grad off: under `with torch.no_grad():` (inference_mode,
         set_grad_enabled(False)) in its function, or in a def decorated so."""
         return any(disables_grad(context, self.imports) for context in site.contexts) \
             or (site.function is not None and self.decorated_no_grad(site.function))
+
+    def runs_steps(self, site: CallSite) -> bool:
+        """Whether a call runs a def of this file (`train(epoch)`, `self.train_epoch()`) that has a
+        training loop of its own."""
+        func = site.call.func
+        function = None
+        if isinstance(func, cst.Name):
+            function = self.functions.get(func.value)
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and site.owner_class is not None \
+                and site.function is not None and not _is_static(site.function) and site.function.params.params \
+                and func.value.value == site.function.params.params[0].name.value:
+            found = self.method_of(site.owner_class.name.value, func.attr.value)
+            function = found[0] if found is not None else None
+        if function is None:
+            return False
+        found = self._runs_steps.get(id(function))
+        if found is None:
+            found = self._runs_steps[id(function)] = runs_a_training_loop(function, self.call_sites)
+        return found
 
     @cached_property
     def _per_step_methods(self) -> set[int]:

@@ -20,8 +20,9 @@ Flags `torch.cuda.empty_cache()` once per training step: in a loop or function t
 `optimizer.step()`, in a loop over a loader, dataset or epochs, or in the forward or backward of
 an autograd Function or an nn.Module's forward (every step runs them). Clearing the cache once
 after training, once per epoch, every so many steps (`if step % 100 == 0:`), in a loop over
-devices, or in an evaluation loop (over a loader, with grad off around the call or the work in it,
-and no backward, `zero_grad()` or optimizer step in it) is not reported.
+devices, in a loop whose iterations call a def of the file with a training loop of its own
+(`for epoch in ...: train(epoch)`), or in an evaluation loop (over a loader, with grad off around
+the call or the work in it, and no backward, `zero_grad()` or optimizer step in it) is not reported.
 
 ## Why is this bad?
 `empty_cache()` returns the caching allocator's *unused* blocks to the driver. It frees no tensor
@@ -98,6 +99,18 @@ for batch in test_loader:
         out = model(batch)
     th.cuda.empty_cache()
 """,
+        # Once per epoch: train() runs the steps, its own loop over the loader.
+        """
+import torch
+def train(epoch):
+    for x, y in loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+for epoch in range(1, 1 + epochs):
+    train(epoch)
+    torch.cuda.empty_cache()
+""",
     )
     INVALID = (
         Invalid("""
@@ -116,6 +129,17 @@ for x, y in train_loader:
     loss = criterion(model(x), y) + kd(ema_out)
     loss.backward()
     optimizer.step()
+    torch.cuda.empty_cache()
+""", ("torch.cuda.empty_cache()",)),
+        # A helper makes each step, the loop goes over the loader: once per step.
+        Invalid("""
+import torch
+def train_step(x, y):
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+for x, y in train_loader:
+    train_step(x, y)
     torch.cuda.empty_cache()
 """, ("torch.cuda.empty_cache()",)),
         # A loss Function that clears the cache in its forward: once per batch.
