@@ -17,7 +17,7 @@ import libcst as cst
 
 from gradlint.file_model import FileModel
 from gradlint.flow import ContainerAdd, KeptElsewhere
-from gradlint.lifetimes import forward_input, holder_name, later_use, outlives_step, runs_in_forward
+from gradlint.lifetimes import callers_data, forward_input, holder_name, later_use, outlives_step, runs_in_forward
 from gradlint.rewrites import kept_value
 from gradlint.trained_buffers import container_key
 
@@ -74,7 +74,8 @@ def _keeps(model: FileModel) -> Iterator[tuple[ContainerAdd, ContainerKeep]]:
             if event.scope == "self-attribute" and event.container_name.count(".") == 1 \
                     and walk.made_afresh(*event.container_name.split("."), event):
                 continue  # `self.outs = []` first in the method: it holds one call's values
-            if event.scope in ("param", "attribute") and forward_input(walk, event.container_name):
+            if event.scope in ("param", "attribute") and (forward_input(walk, event.container_name)
+                                                          or callers_data(walk, event.container_name, event.where)):
                 continue  # the caller's data for this call (`children.append(x)`, `g.ndata["h"] = h`)
             why = outlives_step(event.scope, event.container_name, event.where)
             if why is None:

@@ -179,6 +179,25 @@ def forward_input(walk: Walk, name: str | None) -> bool:
         param.name.value == head for param in (*params.posonly_params, *params.params, *params.kwonly_params))
 
 
+def callers_data(walk: Walk, name: str | None, where) -> bool:
+    """Whether `name` (or the head of `g.ndata`) is a parameter of the walked def, not its self,
+    stored into outside any training or rollout loop of the def: one value per call, in the
+    caller's object, whose lifetime is the caller's (a list made anew every step, a per-batch
+    graph's `g.ndata`, a `**kwargs` dict). A caller of this file that passes a container outliving
+    its step is reported at its call (FileModel.call_result's `keep`); FileModel._outlives_the_call
+    leaves a parameter's stores to the caller the same way."""
+    if not name or not isinstance(walk.function, cst.FunctionDef):
+        return False
+    head = name.split(".")[0]
+    params = walk.function.params
+    if head == walk.role.self_name or not any(
+            param.name.value == head for param in (*params.posonly_params, *params.params, *params.kwonly_params,
+                                                   *(p for p in (params.star_arg, params.star_kwarg)
+                                                     if isinstance(p, cst.Param)))):
+        return False
+    return not any(loop.is_step_loop or loop.is_rollout for loop in where.loops)
+
+
 def runs_in_forward(model, walk: Walk) -> bool:
     """An nn.Module's forward, or a method of the module that forward runs: what it keeps may be
     what the output is computed from, and `.detach()` there stops training through it."""

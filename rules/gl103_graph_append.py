@@ -116,10 +116,12 @@ Flags a graph-attached tensor (a loss, a model output, anything computed from th
 `.detach()`/`.item()`) appended, extended, inserted or stored by key into a list or dict that
 outlives the training step: one created before the training loop (or before a rollout loop,
 where it keeps every environment step's graph), a module-level global, an attribute, a closure
-variable, or a parameter (the caller's list), unless it is an input of a Module's forward: the
-data of one call, fresh from the loader every step (DLA's `children.append(x)`, PyG's
-`x_dict["user"] = ...` in forward; as forward inputs are not assumed graph-attached, nor are
-they assumed to outlive the step). A helper of the same file
+variable, or a parameter (the caller's list) that the def fills in a training or rollout loop of
+its own. Not an input of a Module's forward: the data of one call, fresh from the loader every
+step (DLA's `children.append(x)`, PyG's `x_dict["user"] = ...` in forward; as forward inputs are
+not assumed graph-attached, nor are they assumed to outlive the step); nor any other parameter
+stored into once per call (a sampled graph's `pos_g.ndata["emb"] = ...`, a `**kwargs` dict, the
+output being scaled): its lifetime is the caller's. A helper of the same file
 that adds what its caller passes to a list its caller passes (`remember(history, loss)` with
 `buf.append(value)`) is reported at the call, where the list is known; so is one left to a
 default that names a module-level list (`def log_loss(value, buf=HISTORY)`). A def or a method
@@ -199,6 +201,30 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # Stores into what the caller passes, once per call: the caller's per-step data (a sampled
+        # graph, a **kwargs dict, the output being scaled), whose lifetime is the caller's.
+        """
+import torch
+from torch import nn
+class MLP(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+    def embed_entity(self, x):
+        return self.lin(x)
+class KEModel(object):
+    def __init__(self, dim):
+        self.transform_net = MLP(dim)
+    def forward(self, pos_g, **kwargs):
+        pos_g.ndata["emb"] = self.transform_net.embed_entity(pos_g.ndata["feat"])
+        kwargs["inputs_embeds"] = self.transform_net(kwargs.pop("x"))
+        return pos_g, kwargs
+    def scale(self, y_hat):
+        for i in range(y_hat.shape[1]):
+            y_hat[:, i] = torch.sigmoid(self.transform_net(y_hat)[:, i])
+        return y_hat
+""",
+
         # DGL: a batched graph from the loader, new every step, carries the features on its ndata.
         """
 import torch
@@ -447,6 +473,15 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # The caller's list, kept across the training loop this def runs itself.
+        Invalid("""
+def train(model, loader, optimizer, history):
+    for x, y in loader:
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        history.append(loss)
+""", ("history.append(loss)",)),
         # PPO's rollout outside no_grad: every environment step's graph is kept, then only detached.
         Invalid("""
 import torch
