@@ -1668,6 +1668,10 @@ class Walker:
             firsts = [positional[0]] if positional else []
             int64 = bool(firsts) and (firsts[0].int64 or (firsts[0].kind is Kind.CONTAINER and bool(firsts[0].members())
                                                             and all(m.int64 for m in firsts[0].members())))
+        if int64 and name == "torch.randint" and _beyond_int32(_randint_high(args)):
+            # Draws up to 2**32 (dropout seeds, RNG offsets) need int64's range: no index int32
+            # could hold, and int32 would be wrong advice.
+            int64 = False
         if name in api.LIKE_FUNCTIONS:
             return _new_tensor(int64, keywords)
         return tensor(*sources, int64=int64).with_(one_element=_reduces_fully(name, args, positional, keywords))
@@ -1690,3 +1694,52 @@ class Walker:
                        nested_defs=self.nested_defs if is_closure else None)
         child.bind_params(bound)
         child.run()
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _randint_high(args) -> cst.BaseExpression | None:
+    """`torch.randint(high, size)`, `torch.randint(low, high, size)`, or `high=`: the bound."""
+    keyword = next((a.value for a, _ in args if a.keyword is not None and a.keyword.value == "high"), None)
+    if keyword is not None:
+        return keyword
+    positional = [a.value for a, _ in args if a.keyword is None and not a.star]
+    if len(positional) == 2 and isinstance(positional[1], (cst.Tuple, cst.List)):
+        return positional[0]
+    return positional[1] if len(positional) >= 3 else None
+
+
+def _beyond_int32(expr: cst.BaseExpression | None) -> bool:
+    value = _integer_literal(expr) if expr is not None else None
+    return value is not None and value > _INT32_MAX + 1  # randint's bound is exclusive
+
+
+def _integer_literal(expr: cst.BaseExpression, depth: int = 0) -> int | None:
+    """The value of an integer literal expression (`2**32`, `1 << 32`, `2**32 - 1`), or None."""
+    if depth > 8:
+        return None
+    if isinstance(expr, cst.Integer):
+        try:
+            return int(expr.value.replace("_", ""), 0)
+        except ValueError:
+            return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = _integer_literal(expr.expression, depth + 1)
+        return -inner if inner is not None else None
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = _integer_literal(expr.left, depth + 1), _integer_literal(expr.right, depth + 1)
+        if left is None or right is None:
+            return None
+        operator = type(expr.operator)
+        if operator is cst.Power and 0 <= right <= 128:
+            return left ** right
+        if operator is cst.LeftShift and 0 <= right <= 128:
+            return left << right
+        if operator is cst.Multiply:
+            return left * right
+        if operator is cst.Add:
+            return left + right
+        if operator is cst.Subtract:
+            return left - right
+    return None

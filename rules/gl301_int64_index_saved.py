@@ -25,7 +25,7 @@ class Int64IndexSaved(Rule):
 ## What it does
 Flags an index tensor that is certainly int64 (`.long()`, `.to(torch.int64)`,
 `dtype=torch.long`, `argsort`, `argmax`, `topk(...).indices`, `sort(...).indices`, `nonzero`,
-`randint`, `arange` with integer arguments) saved for backward with `ctx.save_for_backward` or
+`randint` below int32's range, `arange` with integer arguments) saved for backward with `ctx.save_for_backward` or
 kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
 pins it to int64: forward checks it (`assert index.dtype == torch.long`, a check call such as
 `torch._check(index.dtype == torch.int64)`, `if index.dtype != torch.long: raise ...`), annotates
@@ -58,6 +58,17 @@ class Gather(torch.autograd.Function):
         nbr = torch.arange(0, 10, dtype=torch.int32)
         ctx.save_for_backward(idx, order, nbr)
         return x[idx]
+""",
+        # Dropout seeds and RNG offsets drawn up to 2**32: their values need int64.
+        """
+import torch
+class DropoutLayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        seeds = torch.randint(2**32, (x.shape[0],), device=x.device, dtype=torch.int64)
+        offset = torch.randint(0, 1 << 32, (1,), dtype=torch.int64)
+        ctx.save_for_backward(x, weight, seeds, offset)
+        return x * weight
 """,
     )
     INVALID = (
