@@ -1342,7 +1342,8 @@ class Walker:
     def _declared_by_callee(self, function: cst.FunctionDef, args) -> None:
         """`k_update_fwd(k, a, ka, cu_seqlens)` where that def of the file declares `cu_seqlens:
         torch.Tensor | None`: a name nothing had told about is, from here on, what the def
-        declares it takes (the same evidence as a caller's annotation, _callers_declare)."""
+        declares it takes (the same evidence as a caller's annotation, _callers_declare); one
+        given to a `torch.LongTensor` parameter is an int64 tensor, a tensor of no known dtype too."""
         params = [*function.params.posonly_params, *function.params.params]
         # After a `*xs` the positions are unknown: only the arguments before it bind by position.
         positional = []
@@ -1356,11 +1357,13 @@ class Walker:
         bound += [((a, v), by_name[a.keyword.value]) for a, v in args
                   if a.keyword is not None and a.keyword.value in by_name]
         for (arg, value), param in bound:
-            if value.kind is Kind.UNKNOWN and isinstance(arg.value, cst.Name) and param.annotation is not None \
-                    and arg.value.value in self.env:
-                if annotated_value(param.annotation.annotation, self.model.imports).kind is Kind.TENSOR:
+            if value.kind in (Kind.UNKNOWN, Kind.TENSOR) and not value.int64 and isinstance(arg.value, cst.Name) \
+                    and param.annotation is not None and arg.value.value in self.env:
+                declared = annotated_value(param.annotation.annotation, self.model.imports)
+                # `token_indices: torch.LongTensor`: an int64 one, a tensor of no known dtype too
+                if declared.kind is Kind.TENSOR and (value.kind is Kind.UNKNOWN or declared.int64):
                     name = arg.value.value
-                    self.env[name] = self.env[name].with_(kind=Kind.TENSOR)
+                    self.env[name] = self.env[name].with_(kind=Kind.TENSOR, int64=declared.int64)
 
     def _kept_elsewhere(self, call: cst.Call, walks: list, receiver: str | None, at) -> None:
         """What another module's def or method kept past the call, as events of this walk."""

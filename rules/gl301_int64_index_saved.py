@@ -25,8 +25,9 @@ class Int64IndexSaved(Rule):
 ## What it does
 Flags an index tensor that is certainly int64 (`.long()`, `.to(torch.int64)`,
 `dtype=torch.long`, `argsort`, `argmax`, `topk(...).indices`, `sort(...).indices`, `nonzero`,
-`randint` below int32's range, `arange` with integer arguments) saved for backward with `ctx.save_for_backward` or
-kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
+`randint` below int32's range, `arange` with integer arguments, or a tensor forward hands to a
+def of the file that declares the parameter `torch.LongTensor`) saved for backward with
+`ctx.save_for_backward` or kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
 pins it to int64: forward checks it (`assert index.dtype == torch.long`, a check call such as
 `torch._check(index.dtype == torch.int64)`, `if index.dtype != torch.long: raise ...`), annotates
 it `torch.LongTensor`, or every call of the Function's apply in the file passes one made int64
@@ -72,6 +73,19 @@ class DropoutLayerNorm(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A def of the file declares what it takes: `token_indices: torch.LongTensor`.
+        Invalid("""
+import torch
+def nsa_fwd(q, token_indices: torch.LongTensor | None = None):
+    return q
+class NSA(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, cu_seqlens):
+        token_indices = torch.repeat_interleave(cu_seqlens.diff()).to(cu_seqlens)
+        o = nsa_fwd(q, token_indices=token_indices)
+        ctx.token_indices = token_indices
+        return o
+""", ("ctx.token_indices = token_indices",)),
         # Inputs pinned to int64: by forward's own assert, by the one caller's check.
         Invalid("""
 import torch
