@@ -243,11 +243,12 @@ def test_a_helper_call_that_leaves_the_list_to_its_default_shares_no_store_with_
     lines = textwrap.dedent(HELPER_CALLS).splitlines()
     at = next(n for n, text in enumerate(lines, 1) if "remember(loss, history)" in text)
     default = next(n for n, text in enumerate(lines, 1) if "remember(loss)" in text)
-    mixed = next(n for n, text in enumerate(lines, 1) if "buf.append(value + model" in text)
-    # mixed() makes a graph itself: reported at its own line, not again at the call. The call
+    mixed = next(n for n, text in enumerate(lines, 1) if "mixed(loss, history)" in text)
+    # mixed() appends to its parameter once per call: the caller's list, reported at the call that
+    # passes one outliving the step (not at mixed's own line, GL103's callers_data). The call
     # that leaves `buf` to its default appends to the global HISTORY.
-    assert [c for c in codes(HELPER_CALLS) if c[1] == "GL103"] == [(mixed, "GL103"), (default, "GL103"),
-                                                                    (at, "GL103")]
+    assert [c for c in codes(HELPER_CALLS) if c[1] == "GL103"] == [(default, "GL103"), (at, "GL103"),
+                                                                    (mixed, "GL103")]
 
 
 # ----- GL104: what counts as a reset of the total ------------------------------------------------
