@@ -108,7 +108,7 @@ class Prescan:
         self.stores = False
         self.module_uses: set[str] = set()  # names `.parameters()` and the like are called on
         self.frozen: set[str] = set()  # `teacher.requires_grad_(False)`: its outputs carry no graph
-        self.deletes = False
+        self.deletes = False  # `del x[:]`, `x.clear()`: may empty a container
         self.calls_backward = False
         self.called_names: set[str] = set()  # functions and methods called, by their last name
         # Those called with no `with` around them, and for the rest the `with` statements around
@@ -373,6 +373,8 @@ class Prescan:
             self._called(method)
             if method in STORING_METHODS:
                 self.stores = True
+            elif method == "clear":
+                self.deletes = True  # `self.hidden.clear()` empties a container too (trained_buffers.py)
             if method == "backward":
                 self.calls_backward = True
             elif method == "apply":

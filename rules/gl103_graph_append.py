@@ -201,6 +201,29 @@ result is still right code; otherwise the finding stays, without a fix:
   detached copy silently stops training through that path.
 """
     VALID = (
+        # A forward hook's buffer another method empties around each read (BYOL's NetWrapper).
+        """
+import torch
+from torch import nn
+class NetWrapper(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.hidden = {}
+        net[-2].register_forward_hook(self._hook)
+    def _hook(self, _, input, output):
+        self.hidden[input[0].device] = output.flatten(1)
+    def get_embedding(self, x):
+        self.hidden.clear()
+        self.net(x)
+        hidden = self.hidden[x.device]
+        self.hidden.clear()
+        return hidden
+def train(wrapper, loader, opt):
+    for x in loader:
+        wrapper.get_embedding(x).sum().backward()
+        opt.step()
+""",
         # Stores into what the caller passes, once per call: the caller's per-step data (a sampled
         # graph, a **kwargs dict, the output being scaled), whose lifetime is the caller's.
         """
