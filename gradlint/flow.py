@@ -481,12 +481,34 @@ def _names_in(expr: cst.CSTNode) -> Iterator[cst.Name]:
             stack.extend(child_nodes(node))
 
 
-def _int_literal(expr: cst.BaseExpression) -> int | None:
+def _int_literal(expr: cst.BaseExpression, depth: int = 0) -> int | None:
+    """The value of an integer literal expression (`-1`, `2**32`, `1 << 32`, `2**32 - 1`), or None."""
+    if depth > 8:
+        return None
     if isinstance(expr, cst.Integer):
-        return int(expr.value.replace("_", ""), 0)
+        try:
+            return int(expr.value.replace("_", ""), 0)
+        except ValueError:
+            return None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        inner = _int_literal(expr.expression)
+        inner = _int_literal(expr.expression, depth + 1)
         return -inner if inner is not None else None
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = _int_literal(expr.left, depth + 1), _int_literal(expr.right, depth + 1)
+        if left is None or right is None:
+            return None
+        operator = type(expr.operator)
+        # Bounded: a file of nested `((2**128)**128)**...` must not make a number of gigabytes.
+        if operator is cst.Power and 0 <= right and abs(left).bit_length() * right <= 4096:
+            return left ** right
+        if operator is cst.LeftShift and 0 <= right <= 4096 - abs(left).bit_length():
+            return left << right
+        if operator is cst.Multiply and abs(left).bit_length() + abs(right).bit_length() <= 4096:
+            return left * right
+        if operator is cst.Add:
+            return left + right
+        if operator is cst.Subtract:
+            return left - right
     return None
 
 
@@ -1714,35 +1736,7 @@ def _randint_high(args) -> cst.BaseExpression | None:
 
 
 def _beyond_int32(expr: cst.BaseExpression | None) -> bool:
-    value = _integer_literal(expr) if expr is not None else None
+    value = _int_literal(expr) if expr is not None else None
     return value is not None and value > _INT32_MAX + 1  # randint's bound is exclusive
 
 
-def _integer_literal(expr: cst.BaseExpression, depth: int = 0) -> int | None:
-    """The value of an integer literal expression (`2**32`, `1 << 32`, `2**32 - 1`), or None."""
-    if depth > 8:
-        return None
-    if isinstance(expr, cst.Integer):
-        try:
-            return int(expr.value.replace("_", ""), 0)
-        except ValueError:
-            return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        inner = _integer_literal(expr.expression, depth + 1)
-        return -inner if inner is not None else None
-    if isinstance(expr, cst.BinaryOperation):
-        left, right = _integer_literal(expr.left, depth + 1), _integer_literal(expr.right, depth + 1)
-        if left is None or right is None:
-            return None
-        operator = type(expr.operator)
-        if operator is cst.Power and 0 <= right <= 128:
-            return left ** right
-        if operator is cst.LeftShift and 0 <= right <= 128:
-            return left << right
-        if operator is cst.Multiply:
-            return left * right
-        if operator is cst.Add:
-            return left + right
-        if operator is cst.Subtract:
-            return left - right
-    return None
