@@ -82,6 +82,32 @@ def looks_like_module(name: str) -> bool:
     return bool(_MODULE_LIKE.search(last)) and not _FACTORY_PREFIX.match(last.lstrip("_"))
 
 
+def _unset_attribute(test: cst.BaseExpression) -> str | None:
+    """`self.cache is None` (its body runs where the attribute is unset), `not hasattr(self,
+    "cache")`, `getattr(self, "cache", None) is None`: the attribute as `self.cache`; else None."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
+            and isinstance(test.expression, cst.Call) and dotted(test.expression.func) == "hasattr":
+        return _named_attribute(test.expression.args)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 \
+            or type(test.comparisons[0].operator) is not cst.Is \
+            or not (isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None"):
+        return None
+    left = test.left
+    if isinstance(left, cst.Attribute):
+        return dotted(left)
+    if isinstance(left, cst.Call) and dotted(left.func) == "getattr" and len(left.args) == 3:
+        return _named_attribute(left.args[:2])
+    return None
+
+
+def _named_attribute(args) -> str | None:
+    """`(self, "cache")` as `self.cache`."""
+    if len(args) != 2 or not isinstance(args[1].value, cst.SimpleString):
+        return None
+    owner = dotted(args[0].value)
+    return f"{owner}.{args[1].value.evaluated_value}" if owner is not None else None
+
+
 def _absent_key(test: cst.BaseExpression) -> tuple[bool, tuple[str | None, str]] | None:
     """`k not in c` (True: its body runs where the key is absent) or `k in c` (False: its else
     does), as (the container's dotted name, the key's code); None for any other test."""
@@ -137,6 +163,8 @@ class AttributeStore:
     # Made by another project module's def this call passes ctx to (`stash(ctx, x)`): the call
     # as written and that def's place (`stash`, `ops/helpers.py:1`); `where` is the call here.
     through: tuple[str, str | None] | None = None
+    # Set only where the attribute is unset (`if self.cache is None: self.cache = v`): once.
+    memo: bool = False
 
     @property
     def node(self) -> cst.CSTNode:
@@ -258,6 +286,10 @@ class Walk:
         self.closure_names: frozenset[str] = frozenset()
         # Walked for one call, with the caller's arguments (FileModel.call_result), not on its own.
         self.for_caller = False
+        # Attributes set only where unset (AttributeStore.memo) and read after that in the walk:
+        # a value later steps compute with (`x = self.cached`), which a working step cannot have
+        # kept a graph in (its second backward would raise).
+        self.memos_read: set[str] = set()
 
     def of(self, kind: type) -> Iterator:
         return (e for e in self.events if isinstance(e, kind))
@@ -614,6 +646,8 @@ class Walker:
         self.params: set[str] = set()
         self._condition_depth = 0  # inside how many if/except/case/loop bodies
         self._absent: list[tuple[str | None, str]] = []  # (container, key) an enclosing `if k not in c` tests
+        self._unset: list[str] = []  # attributes an enclosing `if self.x is None` tests
+        self._memos: set[str] = set()  # attributes this walk set where they were unset
         self._passes: list[_Iteration] = [_Iteration(None, 0)]
         self._rewalks = 0
         self._sums: dict[int, tuple[Val, Val]] = {}  # `a + b` -> what a and b are (see _operand)
@@ -648,14 +682,19 @@ class Walker:
             test = isinstance_test(node.test, self.model.imports)
             before = dict(self.env)
             absent = _absent_key(node.test)
+            unset = _unset_attribute(node.test)
             with self._narrowing(test, True):
                 if absent is not None and absent[0]:
                     self._absent.append(absent[1])
+                if unset is not None:
+                    self._unset.append(unset)
                 try:
                     in_body = self._conditional(node.body.body)
                 finally:
                     if absent is not None and absent[0]:
                         self._absent.pop()
+                    if unset is not None:
+                        self._unset.pop()
             after_body, self.env = self.env, dict(before)  # the else branch does not see the body's bindings
             orelse = node.orelse
             in_orelse: set[str] = set()
@@ -958,7 +997,10 @@ class Walker:
             owner_name = dotted(target.value) or "?"
             if line is not None:
                 self.walk.events.append(AttributeStore(
-                    self._where(line), owner, owner_name, target.attr.value, value, target=target, operand=operand))
+                    self._where(line), owner, owner_name, target.attr.value, value, target=target, operand=operand,
+                    memo=f"{owner_name}.{target.attr.value}" in self._unset))
+                if f"{owner_name}.{target.attr.value}" in self._unset:
+                    self._memos.add(f"{owner_name}.{target.attr.value}")
             if owner_name == self.role.self_name:
                 self.env[f"{owner_name}.{target.attr.value}"] = value
                 self._note_binding(f"{owner_name}.{target.attr.value}", value)
@@ -1184,6 +1226,8 @@ class Walker:
         attr = e.attr.value
         full = dotted(e)
         if full is not None and full in self.env:  # self.h assigned earlier in this walk
+            if full in self._memos:
+                self.walk.memos_read.add(full)
             return self._read(full, self.env[full])
         if base is None:
             base = self.ev(e.value)

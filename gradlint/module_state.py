@@ -39,6 +39,7 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
     """Walk by walk (Module forwards and the methods they run), in event order; stores under
     torch.no_grad() and walks of a no_grad method are left out."""
     found = []
+    reset = _reset_outside_init(model)
     for walk in model.walks:
         role = walk.role
         if role.no_grad or not (role.kind == "module_forward" or (
@@ -55,7 +56,12 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
             if getattr(event, "where", None) is None or event.where.no_grad:
                 continue
             if isinstance(event, AttributeStore) and event.owner_name == role.self_name \
-                    and event.value.holds_graph():
+                    and event.value.holds_graph() \
+                    and not (event.memo and f"{event.owner_name}.{event.attribute}" in walk.memos_read
+                             and (role.owner_class, event.attribute) not in reset):
+                # (a cache set once for good and computed with afterwards, `if self.c is None: self.c
+                # = f(x)` then `x = self.c`: a graph in it would fail the next step's backward,
+                # measured; one another method sets to None again is per-round state, reported)
                 target = f"{role.self_name}.{event.attribute}"
                 found.append(KeptGraph(event.node, SELF_ATTRIBUTE, target, f"{role.owner_class}.{event.attribute}",
                                        event.augmented or target in event.value.reads, rests_on(event.value)))
@@ -74,4 +80,18 @@ def graph_kept_by_module_forward(model: FileModel) -> list[KeptGraph]:
             elif isinstance(event, NameStore) and event.scope == "global" and event.value.holds_graph():
                 found.append(KeptGraph(event.where.node, GLOBAL, event.name, event.name, event.chained,
                                        rests_on(event.value)))
+    return found
+
+
+def _reset_outside_init(model: FileModel) -> set[tuple[str | None, str]]:
+    """(class, attribute) that a method other than __init__ sets to None (`reset()`,
+    `post_parameter_update()`): a cache made again every round."""
+    found = set()
+    for walk in model.walks:
+        role = walk.role
+        if role.self_name is None or (isinstance(walk.function, cst.FunctionDef) and walk.function.name.value == "__init__"):
+            continue
+        for event in walk.of(AttributeStore):
+            if event.owner_name == role.self_name and event.value.none:
+                found.add((role.owner_class, event.attribute))
     return found

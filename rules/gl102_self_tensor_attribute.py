@@ -73,6 +73,26 @@ class Encoder(nn.Module):
 ```
 """
     VALID = (
+        # A cache set once and computed with afterwards (DGL's TWIRLSConv): a graph in it would make
+        # the next step's backward raise, so working code keeps none there.
+        """
+import torch
+from torch import nn
+class Propagate(nn.Module):
+    def forward(self, graph, feat):
+        return graph @ feat
+class TWIRLSConv(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.unfolding = Propagate()
+        self.mlp = nn.Linear(dim, dim)
+        self.cached_unfolding = None
+    def forward(self, graph, feat):
+        if self.cached_unfolding is None:
+            self.cached_unfolding = self.unfolding(graph, feat)
+        x = self.cached_unfolding
+        return self.mlp(x)
+""",
         # New tensors shaped after the output carry none of its graph (SuperGATConv's labels).
         """
 import torch
@@ -163,6 +183,38 @@ class Net(nn.Module):
 """,
     )
     INVALID = (
+        # A cache another method empties every round (speechbrain's attention, reset() per batch):
+        # per-round state that holds the round's graph until the next.
+        Invalid("""
+import torch
+from torch import nn
+class ContentAttention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.mlp_enc = nn.Linear(dim, dim)
+        self.precomputed_enc_h = None
+    def reset(self):
+        self.precomputed_enc_h = None
+    def forward(self, enc_states, dec_h):
+        if self.precomputed_enc_h is None:
+            self.precomputed_enc_h = self.mlp_enc(enc_states)
+        return torch.tanh(self.precomputed_enc_h + dec_h)
+""", ("self.precomputed_enc_h = self.mlp_enc(enc_states)",)),
+        # Set once and never computed with: the first step's graph, kept for good.
+        Invalid("""
+import torch
+from torch import nn
+class Probe(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.first_out = None
+    def forward(self, x):
+        out = self.lin(x)
+        if self.first_out is None:
+            self.first_out = out
+        return out
+""", ("self.first_out = out",)),
         # DGL's message passing on a graph kept on the module: what is popped on every path after
         # the store lives one call (gcn), what is popped only on some (a branch) or after a
         # return may stay, and what is never popped stays.
