@@ -84,9 +84,14 @@ KEPT_ACROSS_STEPS = {
         def train_step(net, x, y):
             LOSSES.append(F.mse_loss(net(x), y))
     """,
+    # A parameter's list is the caller's: reported at a call that passes one outliving its step
+    # and the graph to keep (a helper's own graph in it is left to the caller's lifetime: quiet).
     "caller_list": """
-        def record(outputs, model, batch):
-            outputs.append(model(batch))
+        def record(outputs, out):
+            outputs.append(out)
+        def fit(model, loader, outputs):
+            for batch in loader:
+                record(outputs, model(batch))
     """,
     "closure_list": """
         def fit(model, batches):
@@ -209,10 +214,11 @@ KEPT_ACROSS_STEPS = {
                 samples.append(g(z))
     """,
     "gan_generator_named_netG": """
-        def sample(netG, z, snapshots):
-            netG.zero_grad()
-            netG(z).sum().backward()
-            snapshots.append(netG(z))
+        def sample(netG, noise_loader, snapshots):
+            for z in noise_loader:
+                netG.zero_grad()
+                netG(z).sum().backward()
+                snapshots.append(netG(z))
     """,
     "field_of_a_model_output_object": """
         class Trainer:
@@ -281,8 +287,11 @@ KEPT_ACROSS_STEPS = {
             bank += [emb]
             return emb
 
-        def train(loss):
-            loss.backward()
+        def train(model, loader, opt):
+            bank = []
+            for tokens in loader:
+                embed_batch(model, tokens, bank).sum().backward()
+                opt.step()
     """,
     "a_helper_function_returns_a_module_output": """
         from torch import nn
