@@ -117,6 +117,8 @@ class Val:
             return view(self)
         if self.kind is Kind.MODULE:  # iterating or indexing nn.ModuleList / Sequential
             return Val(Kind.MODULE)
+        if self.kind is Kind.SCALAR and not self.none:  # `b, n = x.shape`: numbers (subscripts give them too)
+            return Val(Kind.SCALAR)
         return UNKNOWN
 
 
