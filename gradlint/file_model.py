@@ -17,7 +17,7 @@ import libcst as cst
 from gradlint import parse, torch_api as api
 from gradlint.torch_api import is_module_base
 from gradlint.annotations import annotated_value, tensor_or_tensors
-from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionRole, NameStore, ReturnValue, Walk, Walker, disables_grad, foreign_arguments,
+from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, _detaches, ContainerAdd, FunctionApplied, FunctionRole, NameStore, ReturnValue, Walk, Walker, disables_grad, foreign_arguments,
                            looks_like_module, walk_called)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step, runs_a_training_loop
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
@@ -133,6 +133,7 @@ class FileModel:
         self._forward_numbers: dict[str, frozenset[int]] = {}  # see forward_numbers
         self._no_grad_decorated: dict[int, bool] = {}  # see decorated_no_grad
         self._runs_steps: dict[int, bool] = {}  # see runs_steps
+        self._asking_callers = False  # see _applied_int64
         self._loops: dict[int, object] = {}
         self._names: dict[int, frozenset[str]] = {}
         self._scan(module.body, owner=None, top=True)
@@ -637,7 +638,9 @@ class FileModel:
         return self._apply_calls.get(name, [])
 
     @cached_property
-    def _apply_calls(self) -> dict[str, list[cst.Call]]:
+    def apply_aliases(self) -> dict[str, str]:
+        """Names bound to a Function's apply anywhere in the file (`index_first_axis =
+        IndexFirstAxis.apply`), to the Function's name."""
         classes = self._function_class_defs
         aliases: dict[str, str] = {}
         for node in _assignments(self.module):
@@ -647,6 +650,11 @@ class FileModel:
                 for target in node.targets:
                     if isinstance(target.target, cst.Name):
                         aliases[target.target.value] = value.value.value
+        return aliases
+
+    @cached_property
+    def _apply_calls(self) -> dict[str, list[cst.Call]]:
+        aliases = self.apply_aliases
         found: dict[str, list[cst.Call]] = {}
         for site in self.call_sites:
             func = site.call.func
@@ -978,9 +986,28 @@ class FileModel:
             caller = around.get(id(call))
             pinned = isinstance(value, cst.Name) and caller is not None and (
                 value.value in self.prescan(caller).int64_pins or self._declared_int64(caller, value.value))
-            if not (pinned or self._makes_int64(value)):
+            if not (pinned or self._makes_int64(value) or self._applied_int64(call, caller, position)):
                 return False
         return True
+
+    def _applied_int64(self, call: cst.Call, caller: cst.FunctionDef | None, position: int) -> bool:
+        """Whether the caller's own walk gives an int64 tensor at `position` of this apply call
+        (`indices = torch.nonzero(mask).flatten()`, then `index_first_axis(x, indices)`). Not while
+        a caller's walk is asked already: that walk may need this Function's forward, whose inputs
+        ask this again."""
+        if self._asking_callers:
+            return False
+        self._asking_callers = True
+        try:
+            walk = self.walk_of(caller)
+        finally:
+            self._asking_callers = False
+        for event in walk.of(FunctionApplied):
+            if event.call is call:
+                positional = [v for a, v in event.arguments if a.keyword is None and not a.star]
+                return position < len(positional) and positional[position].kind is Kind.TENSOR \
+                    and positional[position].int64
+        return False
 
     def _declared_int64(self, function: cst.FunctionDef, name: str) -> bool:
         """`cu_seqlens: torch.LongTensor` (or Optional of it) among the def's parameters."""

@@ -1336,6 +1336,9 @@ class Walker:
             builtin = self._builtin(e, func.value, args, positional)
             if builtin is not None:
                 return builtin
+            owner = self.model.apply_aliases.get(func.value) if func.value not in self.env else None
+            if owner is not None:  # `index_first_axis(x, indices)` with `index_first_axis = IndexFirstAxis.apply`
+                return self._applied(e, owner, args, positional)
             local = self.nested_defs.get(func.value) or self.model.functions.get(func.value) \
                 or self.model.compiled(func.value)
             if local is not None:
@@ -1538,6 +1541,13 @@ class Walker:
             else:
                 self.env[params[0]] = saved
 
+    def _applied(self, e: cst.Call, owner: str, args, positional: list[Val]) -> Val:
+        """A Function of this file applied: what each argument is, as an event; what it gives."""
+        self.walk.events.append(FunctionApplied(self._where(e), e, owner, tuple(args)))
+        if self.model.returns_int64(owner):  # forward returns an index: no graph, int64
+            return Val(Kind.TENSOR, int64=True)
+        return tensor(*positional)
+
     def _module_method(self, method: str, positional: list[Val]) -> Val | None:
         """A method of a module whose def cannot be read: by its name, the model's own computation
         (`model.compute_loss(x, y)`, `model.encode(x)`), or None: `model.encoder(x)`, what the
@@ -1608,10 +1618,7 @@ class Walker:
         if method == "apply" and receiver.kind is Kind.UNKNOWN:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:
-                self.walk.events.append(FunctionApplied(self._where(e), e, owner, tuple(args)))
-                if self.model.returns_int64(owner):  # forward returns an index: no graph, int64
-                    return Val(Kind.TENSOR, int64=True)
-                return tensor(*positional)
+                return self._applied(e, owner, args, positional)
         if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(method, bool(args)) \
                 and not self._imported(e.func.value):
             # `w.t()`, `x.contiguous()`: only a tensor has the method, so it is one, and so is the

@@ -30,8 +30,10 @@ def of the file that declares the parameter `torch.LongTensor`) saved for backwa
 `ctx.save_for_backward` or kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
 pins it to int64: forward checks it (`assert index.dtype == torch.long`, a check call such as
 `torch._check(index.dtype == torch.int64)`, `if index.dtype != torch.long: raise ...`), annotates
-it `torch.LongTensor`, or every call of the Function's apply in the file passes one made int64
-(`.long()`, `dtype=torch.long`) or checked to be. Otherwise its dtype is unknown statically.
+it `torch.LongTensor`, or every call of the Function's apply in the file (by `Fn.apply` or a
+name bound to it, `index_first_axis = IndexFirstAxis.apply`) passes one made int64 (`.long()`,
+`dtype=torch.long`), checked to be, or that the caller's own code makes int64 (`indices =
+torch.nonzero(mask).flatten()`). Otherwise its dtype is unknown statically.
 
 ## Why is this bad?
 It {_WHY}. For graph and point-cloud ops the index is often the largest tensor a layer keeps
@@ -73,6 +75,24 @@ class DropoutLayerNorm(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # Every caller passes an index its own code makes int64, through an alias of apply.
+        Invalid("""
+import torch
+class IndexFirstAxis(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, indices):
+        ctx.save_for_backward(indices)
+        return input[indices]
+    @staticmethod
+    def backward(ctx, grad_output):
+        (indices,) = ctx.saved_tensors
+        grad = grad_output.new_zeros(ctx.rows, *grad_output.shape[1:])
+        return grad.index_copy(0, indices, grad_output), None
+index_first_axis = IndexFirstAxis.apply
+def unpad_input(hidden_states, attention_mask):
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
+    return index_first_axis(hidden_states.flatten(0, 1), indices), indices
+""", ("ctx.save_for_backward(indices)",)),
         # A def of the file declares what it takes: `token_indices: torch.LongTensor`.
         Invalid("""
 import torch
