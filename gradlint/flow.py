@@ -50,6 +50,7 @@ class FileFacts(Protocol):
     def stores_graph_on_self(self, module_class: str, attribute: str) -> bool: ...
     def forward_numbers(self, class_name: str) -> frozenset[int]: ...
     def returns_int64(self, name: str) -> bool: ...
+    apply_aliases: dict[str, str]  # names bound to a Function's apply, to the Function
 
 
 # A name that is almost always a module or a loss function in training code.
@@ -1789,5 +1790,3 @@ def _randint_high(args) -> cst.BaseExpression | None:
 def _beyond_int32(expr: cst.BaseExpression | None) -> bool:
     value = _int_literal(expr) if expr is not None else None
     return value is not None and value > _INT32_MAX + 1  # randint's bound is exclusive
-
-
