@@ -1111,6 +1111,11 @@ class FileModel:
         name = param.name.value
         if param.annotation is not None:
             declared = self.declared_value(param.annotation.annotation, fields=True)
+            if declared.kind is Kind.CONTAINER and name not in scan.tensor_holders \
+                    and not any(m.is_tensor for m in declared.members()):
+                # `aux_scalars: Optional[tuple]`, `new_shape: tuple`: a container, of what the
+                # annotation does not say; not an input container of tensors (ctx_stores.stored_kind)
+                return declared
             if declared.kind is not Kind.UNKNOWN:
                 return declared.with_(is_input=True) if declared.kind in (Kind.TENSOR, Kind.CONTAINER) else declared
         if param.default is not None and not (isinstance(param.default, cst.Name) and param.default.value == "None"):

@@ -91,6 +91,18 @@ counts as a tensor where its use proves it or where the project's annotations de
 else against its own annotation makes the fixed forward raise TypeError on its first call.
 """
     VALID = (
+        # A container the annotation names, nothing says of tensors: runtime scalars.
+        """
+import torch
+from typing import Optional
+class FlashAttnFunc(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, aux_scalars: Optional[tuple] = None):
+        aux_scalars = tuple(aux_scalars) if aux_scalars else None
+        ctx.save_for_backward(q, k, v)
+        ctx.aux_scalars = aux_scalars
+        return q @ k.transpose(-1, -2) @ v
+""",
         # What a def of the file declares it takes says what is passed to it: an int here (and
         # after a `*rest`, which parameter gets `blocks` is unknown).
         """
