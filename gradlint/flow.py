@@ -649,6 +649,7 @@ class Walker:
         self._absent: list[tuple[str | None, str]] = []  # (container, key) an enclosing `if k not in c` tests
         self._unset: list[str] = []  # attributes an enclosing `if self.x is None` tests
         self._memos: set[str] = set()  # attributes this walk set where they were unset
+        self._testing: str | None = None  # the memo an `if` test being read checks
         self._passes: list[_Iteration] = [_Iteration(None, 0)]
         self._rewalks = 0
         self._sums: dict[int, tuple[Val, Val]] = {}  # `a + b` -> what a and b are (see _operand)
@@ -679,11 +680,15 @@ class Walker:
             for small in node.body:
                 self._small(small)
         elif isinstance(node, cst.If):
-            self.ev(node.test)
+            unset = _unset_attribute(node.test)
+            self._testing = unset  # the test's own read of a memo (a loop walked again) is no use of it
+            try:
+                self.ev(node.test)
+            finally:
+                self._testing = None
             test = isinstance_test(node.test, self.model.imports)
             before = dict(self.env)
             absent = _absent_key(node.test)
-            unset = _unset_attribute(node.test)
             with self._narrowing(test, True):
                 if absent is not None and absent[0]:
                     self._absent.append(absent[1])
@@ -1227,7 +1232,7 @@ class Walker:
         attr = e.attr.value
         full = dotted(e)
         if full is not None and full in self.env:  # self.h assigned earlier in this walk
-            if full in self._memos:
+            if full in self._memos and full != self._testing:
                 self.walk.memos_read.add(full)
             return self._read(full, self.env[full])
         if base is None:
