@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradlint.file_model import all_params
 from gradlint.flow import Walk, Where
 from gradlint.names import dotted
 from gradlint.prescan import assigned_paths, child_nodes, descendants, target_names
@@ -192,11 +193,7 @@ def callers_data(walk: Walk, name: str | None, where) -> bool:
     if not name or not isinstance(walk.function, cst.FunctionDef):
         return False
     head = name.split(".")[0]
-    params = walk.function.params
-    if head == walk.role.self_name or not any(
-            param.name.value == head for param in (*params.posonly_params, *params.params, *params.kwonly_params,
-                                                   *(p for p in (params.star_arg, params.star_kwarg)
-                                                     if isinstance(p, cst.Param)))):
+    if head == walk.role.self_name or not any(param.name.value == head for param in all_params(walk.function)):
         return False
     return not any(loop.is_step_loop or loop.is_rollout for loop in where.loops)
 
