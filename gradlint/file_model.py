@@ -73,7 +73,6 @@ class AutogradFunction:
 class ModuleClass:
     name: str
     node: cst.ClassDef
-    lightning: bool
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
     attributes: dict[str, Val] = field(default_factory=dict)  # what __init__ put on self
     # An nn.Module because of a base another module of the project defines: that base and its
@@ -454,7 +453,9 @@ class FileModel:
     def _classify(self) -> tuple[list[AutogradFunction], list[ModuleClass]]:
         function_names: set[str] = set()
         module_names: set[str] = set()
-        lightning_names: set[str] = set()
+        # Each class's methods its framework runs with grad off (api.GRAD_OFF_METHODS), by its
+        # bases, through this file's own.
+        grad_off: dict[str, frozenset[str]] = {}
         changed = True
         while changed:  # a subclass may come before its base in the file
             changed = False
@@ -470,9 +471,12 @@ class FileModel:
                                                  or self._module_like(info, function_names)):
                     module_names.add(name)
                     changed = True
-                if name not in lightning_names and any(b in api.LIGHTNING_BASES or b in lightning_names for b in info.bases):
-                    lightning_names.add(name)
+                had = grad_off.get(name, frozenset())
+                off = had.union(*(api.GRAD_OFF_METHODS.get(b) or grad_off.get(b, ()) for b in info.bases))
+                if off != had:
+                    grad_off[name] = off
                     changed = True
+        self._grad_off_methods = grad_off
         functions: list[AutogradFunction] = []
         modules: list[ModuleClass] = []
         by_name = {info.node.name.value: info for info in self._classes}
@@ -485,8 +489,7 @@ class FileModel:
                     name=name, node=info.node, style="setup_context" if setup is not None else "ctx",
                     forward=methods.get("forward"), backward=methods.get("backward"), setup_context=setup))
             elif name in module_names:
-                modules.append(ModuleClass(name=name, node=info.node, lightning=name in lightning_names,
-                                           methods=dict(info.methods),
+                modules.append(ModuleClass(name=name, node=info.node, methods=dict(info.methods),
                                            through=self._module_through(info, by_name, module_names)))
         for op_function, backward, setup in self._autograd_registrations:
             if op_function not in self._custom_ops:
@@ -1356,8 +1359,8 @@ class FileModel:
             role.self_attributes = module.attributes
             name = function.name.value
             role.kind = "module_forward" if name == "forward" else "module_method"
-            if module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
-                role.no_grad = True
+        if owner is not None and function.name.value in self._grad_off_methods.get(owner.node.name.value, ()):
+            role.no_grad = True
         if self.decorated_no_grad(function) or id(function) in self._no_grad_by_callers:
             role.no_grad = True
         return role
@@ -1406,10 +1409,10 @@ class FileModel:
         off: set[int] = set()
         methods: dict[str, list[cst.FunctionDef]] = {}  # methods of the file's classes, by name
         for info in self._top_classes_by_name.values():
-            module = self._modules_by_node.get(id(info.node))
+            grad_off = self._grad_off_methods.get(info.node.name.value, ())
             for name, method in info.methods.items():
                 methods.setdefault(name, []).append(method)
-                if module is not None and module.lightning and name in api.LIGHTNING_NO_GRAD_HOOKS:
+                if name in grad_off:
                     off.add(id(method))
         callers: dict[str, list[int]] = {}
         # A call inside `with torch.no_grad():` is a caller with grad off, whatever the def it is in.

@@ -21,8 +21,16 @@ MODULE_BASES = frozenset({
     "pytorch_lightning.LightningModule",
 })
 LIGHTNING_BASES = frozenset(b for b in MODULE_BASES if "ightning" in b)
-# Lightning runs these under torch.no_grad(): what they keep is not graph-attached.
-LIGHTNING_NO_GRAD_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
+# The methods a framework's base class runs with grad off, by base: what a subclass's own def of
+# one keeps holds no graph. Lightning runs these hooks under torch.no_grad(). torchmetrics runs
+# Metric.update under torch.set_grad_enabled(False); through `metric(x)` it runs it with grad on
+# for the batch's value alone and folds that into the kept state under torch.no_grad() (measured,
+# torchmetrics 1.9.0 on torch 2.13: the state's grad_fn is None after update(), after forward and
+# after a full_state_update forward).
+GRAD_OFF_METHODS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(LIGHTNING_BASES, frozenset({"validation_step", "test_step", "predict_step"})),
+    **dict.fromkeys(("torchmetrics.Metric", "torchmetrics.metric.Metric"), frozenset({"update"})),
+}
 
 # torch.nn names that are not modules even though they are capitalized.
 NN_NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter"})

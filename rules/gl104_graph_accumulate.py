@@ -265,6 +265,19 @@ class Stateful:
         out.sub(y).pow(2).mean().backward()
         self.h = tuple(h.detach() for h in self.h)
 """,
+        # torchmetrics runs a Metric's update with grad off, and folds what `metric(x)` computed
+        # with grad on into its state under no_grad: the state keeps no graph (measured).
+        """
+import torch
+from torchmetrics import Metric
+class Perplexity(Metric):
+    def __init__(self):
+        super().__init__()
+        self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+    def update(self, preds, target):
+        self.total += self.loss_fn(preds, target)
+""",
     )
     INVALID = (
         # PyG's pooling examples: the model (`Net().to(device)`) returns its output and a ratio of
