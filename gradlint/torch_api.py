@@ -25,8 +25,10 @@ LIGHTNING_BASES = frozenset(b for b in MODULE_BASES if "ightning" in b)
 # one keeps holds no graph. Lightning runs these hooks under torch.no_grad(). torchmetrics runs
 # Metric.update under torch.set_grad_enabled(False); through `metric(x)` it runs it with grad on
 # for the batch's value alone and folds that into the kept state under torch.no_grad() (measured,
-# torchmetrics 1.9.0 on torch 2.13: the state's grad_fn is None after update(), after forward and
-# after a full_state_update forward).
+# torchmetrics 1.9.0 on torch 2.13: a tensor state's grad_fn is None after update(), after forward
+# and after a full_state_update forward; a list state filled through forward holds the last
+# batch's items graph-attached until the next call copies them detached: one step's graph, not
+# every step's, which GL103 would have claimed).
 GRAD_OFF_METHODS: dict[str, frozenset[str]] = {
     **dict.fromkeys(LIGHTNING_BASES, frozenset({"validation_step", "test_step", "predict_step"})),
     **dict.fromkeys(("torchmetrics.Metric", "torchmetrics.metric.Metric"), frozenset({"update"})),
