@@ -771,8 +771,7 @@ class FileModel:
         if isinstance(func, cst.Name):
             function = self.functions.get(func.value)
         elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and site.owner_class is not None \
-                and site.function is not None and not _is_static(site.function) and site.function.params.params \
-                and func.value.value == site.function.params.params[0].name.value:
+                and site.function is not None and func.value.value == _self_param(site.function):
             found = self.method_of(site.owner_class.name.value, func.attr.value)
             function = found[0] if found is not None else None
         if function is None:
@@ -1342,8 +1341,8 @@ class FileModel:
     def _role(self, function: cst.FunctionDef, owner: _ClassInfo | None) -> FunctionRole:
         role = FunctionRole("function")
         module = self._modules_by_node.get(id(owner.node)) if owner is not None else None
-        if owner is not None and function.params.params and not _is_static(function):
-            role.self_name = function.params.params[0].name.value
+        if owner is not None and _self_param(function) is not None:
+            role.self_name = _self_param(function)
             role.owner_class = owner.node.name.value
             role.kind = "method"
         if module is None and role.self_name is not None and function.name.value not in _DATA_METHODS \
@@ -1649,6 +1648,12 @@ def leading_params(function: cst.FunctionDef) -> int:
 
 def _is_static(function: cst.FunctionDef) -> bool:
     return any(dotted(d.decorator) in ("staticmethod",) for d in function.decorators)
+
+
+def _self_param(method: cst.FunctionDef) -> str | None:
+    """The name a method's first parameter gives its instance (`self`); None for a staticmethod
+    or a def without one."""
+    return method.params.params[0].name.value if method.params.params and not _is_static(method) else None
 
 
 def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:

@@ -1001,15 +1001,17 @@ class Walker:
         elif isinstance(target, cst.Attribute):
             owner = self.ev(target.value)
             owner_name = dotted(target.value) or "?"
+            full = f"{owner_name}.{target.attr.value}"
             if line is not None:
+                memo = full in self._unset
                 self.walk.events.append(AttributeStore(
                     self._where(line), owner, owner_name, target.attr.value, value, target=target, operand=operand,
-                    memo=f"{owner_name}.{target.attr.value}" in self._unset))
-                if f"{owner_name}.{target.attr.value}" in self._unset:
-                    self._memos.add(f"{owner_name}.{target.attr.value}")
+                    memo=memo))
+                if memo:
+                    self._memos.add(full)
             if owner_name == self.role.self_name:
-                self.env[f"{owner_name}.{target.attr.value}"] = value
-                self._note_binding(f"{owner_name}.{target.attr.value}", value)
+                self.env[full] = value
+                self._note_binding(full, value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             if any(isinstance(e, cst.StarredElement) for e in target.elements):
                 for element in target.elements:  # positions past a *rest are unknown
