@@ -132,6 +132,8 @@ class FileModel:
         self._forward_numbers: dict[str, frozenset[int]] = {}  # see forward_numbers
         self._no_grad_decorated: dict[int, bool] = {}  # see decorated_no_grad
         self._runs_steps: dict[int, bool] = {}  # see runs_steps
+        self._outside: dict[int, frozenset[str]] = {}  # see _outside_bases
+        self._through: dict[tuple[int, str], str | None] = {}  # see runs_through
         self._asking_callers = False  # see _applied_int64
         self._loops: dict[int, object] = {}
         self._names: dict[int, frozenset[str]] = {}
@@ -453,9 +455,6 @@ class FileModel:
     def _classify(self) -> tuple[list[AutogradFunction], list[ModuleClass]]:
         function_names: set[str] = set()
         module_names: set[str] = set()
-        # Each class's methods its framework runs with grad off (api.GRAD_OFF_METHODS), by its
-        # bases, through this file's own.
-        grad_off: dict[str, frozenset[str]] = {}
         changed = True
         while changed:  # a subclass may come before its base in the file
             changed = False
@@ -471,12 +470,6 @@ class FileModel:
                                                  or self._module_like(info, function_names)):
                     module_names.add(name)
                     changed = True
-                had = grad_off.get(name, frozenset())
-                off = had.union(*(api.GRAD_OFF_METHODS.get(b) or grad_off.get(b, ()) for b in info.bases))
-                if off != had:
-                    grad_off[name] = off
-                    changed = True
-        self._grad_off_methods = grad_off
         functions: list[AutogradFunction] = []
         modules: list[ModuleClass] = []
         by_name = {info.node.name.value: info for info in self._classes}
@@ -755,6 +748,39 @@ class FileModel:
         return in_training_step(site, self.call_sites, self) or (
             not site.loops and site.function is not None and id(site.function) in self._per_step_methods)
 
+    def runs_through(self, call: cst.Call, qualified: str) -> str | None:
+        """Whether a call runs `qualified` (`torch.cuda.empty_cache`), and how: "" for a call of it
+        (as the imports resolve it); the def it goes through, as a message names it (`empty_cache()
+        (utils.py:930)`), for a call of a def of this file or of another project module (one
+        import deep) whose own lines call it on every call: outside its loops, not under a
+        remainder test (trl's `empty_cache()`, which empties the available device's cache). None
+        for any other call. Asked again for a message: remembered per call."""
+        key = (id(call), qualified)
+        if key not in self._through:
+            self._through[key] = self._runs_through(call, qualified)
+        return self._through[key]
+
+    def _runs_through(self, call: cst.Call, qualified: str) -> str | None:
+        if self.imports.qualify(call.func) == qualified:
+            return ""
+        if not isinstance(call.func, cst.Name):
+            return None
+        name = call.func.value
+        function, model, where = self.functions.get(name), self, None
+        if function is None:
+            # the def's own lines name it (GL106's precheck asks that much: Project.def_text_holds)
+            target, words = self._imported_as(name), (qualified.rpartition(".")[2],)
+            found = self.project.function(target, words) \
+                if target is not None and self.project.def_text_holds(target, words) else None
+            if found is None:
+                return None
+            model, function, _ = found
+            where = self.project.where_defined(target)
+        if not any(site.function is function and not site.loops and not site.periodic
+                   and model.imports.qualify(site.call.func) == qualified for site in model.call_sites):
+            return None
+        return f"{name}() ({where})" if where else f"{name}()"
+
     # call_sites.LoopFacts: what a loop's calls are, for the loops their header alone makes training loops
 
     def grad_off(self, site: CallSite) -> bool:
@@ -785,6 +811,37 @@ class FileModel:
     def _per_step_methods(self) -> set[int]:
         found = {id(m) for f in self.function_classes for m in (f.forward, f.backward) if m is not None}
         found |= {id(m.methods["forward"]) for m in self.module_classes if "forward" in m.methods}
+        for info in self._top_classes_by_name.values():  # Lightning's training_step, a Trainer's compute_loss
+            found |= {id(info.methods[n]) for n in self.framework_methods(info, api.PER_STEP_METHODS)}
+        return found
+
+    def framework_methods(self, info: _ClassInfo, table: dict[str, frozenset[str]]) -> frozenset[str]:
+        """The methods of a class of this file that a framework it derives from runs in a way
+        `table` names (api.GRAD_OFF_METHODS, api.PER_STEP_METHODS): those of `table`'s bases the
+        class reaches through this file's classes and the project's. Only the ones it defines
+        itself, and only those are looked up (the project is asked nothing for a class without one)."""
+        wanted = info.methods.keys() & set().union(*table.values())
+        if not wanted:
+            return frozenset()
+        return frozenset(wanted & set().union(*(table.get(b, ()) for b in self._outside_bases(info))))
+
+    def _outside_bases(self, info: _ClassInfo) -> frozenset[str]:
+        """The bases from outside this file a class of it reaches through its bases: each base not
+        a class of this file, and what a project class among them reaches (Project.outside_bases).
+        torch's own classes are not followed: no framework base of the tables derives from them."""
+        found = self._outside.get(id(info.node))
+        if found is None:
+            self._outside[id(info.node)] = frozenset()  # a class that inherits from itself
+            bases: set[str] = set()
+            for base in info.bases:
+                own = self._top_classes_by_name.get(base)
+                if own is not None:
+                    bases |= self._outside_bases(own)
+                elif base:
+                    bases.add(base)
+                    if self.project is not None and not base.startswith("torch.") and base not in self.module_names:
+                        bases |= self.project.outside_bases(base)
+            found = self._outside[id(info.node)] = frozenset(bases)
         return found
 
     # ----- what names at module level hold ----------------------------------------------------
@@ -1358,7 +1415,7 @@ class FileModel:
             role.self_attributes = module.attributes
             name = function.name.value
             role.kind = "module_forward" if name == "forward" else "module_method"
-        if owner is not None and function.name.value in self._grad_off_methods.get(owner.node.name.value, ()):
+        if owner is not None and function.name.value in self.framework_methods(owner, api.GRAD_OFF_METHODS):
             role.no_grad = True
         if self.decorated_no_grad(function) or id(function) in self._no_grad_by_callers:
             role.no_grad = True
@@ -1408,7 +1465,7 @@ class FileModel:
         off: set[int] = set()
         methods: dict[str, list[cst.FunctionDef]] = {}  # methods of the file's classes, by name
         for info in self._top_classes_by_name.values():
-            grad_off = self._grad_off_methods.get(info.node.name.value, ())
+            grad_off = self.framework_methods(info, api.GRAD_OFF_METHODS)
             for name, method in info.methods.items():
                 methods.setdefault(name, []).append(method)
                 if name in grad_off:

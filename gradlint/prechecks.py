@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Callable, Iterator, NamedTuple, Protocol
 
-from gradlint.torch_api import CONTAINER_STORING_METHODS, TRAINING_ITERABLE, makes_a_step
+from gradlint.torch_api import CONTAINER_STORING_METHODS, PER_STEP_METHODS, TRAINING_ITERABLE, makes_a_step
 
 
 # Fields no question here reads as code: contexts and operators (Load, Add, Eq: a quarter of a
@@ -57,6 +57,11 @@ class Elsewhere(Protocol):
     def def_may_keep_arguments(self, written: str) -> bool:
         """Whether the call of `written` (`remember`, `utils.remember`, as the file spells it) may
         reach a def of another project module that keeps what it is given past the call."""
+        ...
+
+    def def_text_holds(self, written: str, words: tuple[str, ...]) -> bool:
+        """Whether the call of `written` may reach a def of another project module whose own
+        lines hold one of `words` (Project.def_text_holds)."""
         ...
 
 
@@ -238,8 +243,9 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
             if any(training_header(loop) or any(loop in s.loops for s in steps) for loop in site.loops):
                 return True
         elif site.function is not None:
-            # as FileModel.in_training_step: a forward or backward (of a Function or a Module) runs every step
-            if getattr(site.function, "name", None) in ("forward", "backward"):
+            # as FileModel.in_training_step: a forward or backward (of a Function or a Module) runs
+            # every step, and so may a framework's per-step method (its name: the bases are not read)
+            if getattr(site.function, "name", None) in _PER_STEP_NAMES:
                 return True
             own = [s for s in steps if s.function is site.function]
             # `not any` below: a loop counts as training only where flow surely agrees
@@ -247,6 +253,9 @@ def call_in_training_step(tree: ast.Module, wanted: Callable[[ast.Call], bool]) 
                                for s in own for loop in s.loops):
                 return True
     return False
+
+
+_PER_STEP_NAMES = frozenset({"forward", "backward"}).union(*PER_STEP_METHODS.values())
 
 
 class _StepCalls:
@@ -322,6 +331,25 @@ def last_name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Attribute):
         return node.attr
     return node.id if isinstance(node, ast.Name) else None
+
+
+def calls_reaching(tree: ast.Module, names: set[str]) -> Callable[[ast.Call], bool]:
+    """Which calls may run a function the file calls by one of `names` (its last name), as
+    FileModel.runs_through decides, widened: a call so named, or of a plain name that is a def of the
+    file calling one, or that may reach a def of another project module whose own lines name it."""
+    wrappers = {node.name for node in walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and any(isinstance(c, ast.Call) and last_name(c.func) in names for c in walk(node))}
+    words = tuple(names)
+
+    def wanted(call: ast.Call) -> bool:
+        func = call.func
+        if last_name(func) in names:
+            return True
+        if not isinstance(func, ast.Name):
+            return False
+        elsewhere = _elsewhere.get()
+        return func.id in wrappers or elsewhere is None or elsewhere.def_text_holds(func.id, words)
+    return wanted
 
 
 def names_imported_as(tree: ast.Module, name: str) -> set[str]:

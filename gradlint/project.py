@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import libcst as cst
 
@@ -663,23 +663,59 @@ class Project:
         module._classes[found.name] = facts
         return facts
 
-    def _kind_from_bases(self, module: ModuleFacts, statement: Statement) -> str | None:
-        """"module" or "function" when a base is one (followed through the project's modules),
-        "plain" when every base is known and none is, None when some base is unknown."""
+    def _qualified_bases(self, module: ModuleFacts, statement: Statement) -> Iterator[str]:
+        """A class statement's bases as its module's names qualify them (`nn.Module` as
+        `torch.nn.Module`, `Base` as `pkg.models.Base`); "" for one not a dotted name. `object` is
+        left out."""
         symbols = module.symbols
         assert symbols is not None
-        unknown = False
         for base in statement.bases:
             head, _, rest = base.partition(".")
-            if not base or base == "object":
-                unknown = unknown or not base
+            if base == "object":
+                continue
+            if not base:
+                yield ""
                 continue
             self._note_part(module, f"name:{head}")
             if head in symbols.statements and not rest:
-                qualified = f"{module.dotted}.{head}" if module.dotted else head
+                yield f"{module.dotted}.{head}" if module.dotted else head
             else:
                 target = symbols.aliases.get(head)
-                qualified = (f"{target}.{rest}" if rest else target) if target else base
+                yield (f"{target}.{rest}" if rest else target) if target else base
+
+    def outside_bases(self, qualified: str) -> frozenset[str]:
+        """The bases from outside the project that a project class reaches through its bases
+        (`GKDTrainer(SFTTrainer)`, SFTTrainer's base `transformers.Trainer`): what a framework
+        makes of its subclasses' methods (torch_api.GRAD_OFF_METHODS, PER_STEP_METHODS)."""
+        found: set[str] = set()
+        todo, seen = [qualified], {qualified}
+        while todo:
+            definition = self.resolve(todo.pop())
+            if definition is None or not definition.name:
+                continue
+            module = definition.module
+            symbols = module.symbols
+            if symbols is None or not symbols.statements[definition.name].is_class:
+                continue
+            with self.asking(module):
+                for base in self._qualified_bases(module, symbols.statements[definition.name]):
+                    if not base or base in seen:
+                        continue
+                    seen.add(base)
+                    if self.resolve(base) is None:
+                        found.add(base)  # not a class of the project
+                    else:
+                        todo.append(base)
+        return frozenset(found)
+
+    def _kind_from_bases(self, module: ModuleFacts, statement: Statement) -> str | None:
+        """"module" or "function" when a base is one (followed through the project's modules),
+        "plain" when every base is known and none is, None when some base is unknown."""
+        unknown = False
+        for qualified in self._qualified_bases(module, statement):
+            if not qualified:
+                unknown = True
+                continue
             if qualified in FUNCTION_BASES:
                 return "function"
             if is_module_base(qualified):
@@ -972,6 +1008,14 @@ class PrecheckAnswers:
         if answer is None:
             answer = self._answers[written] = any(
                 self._begun().function_may_keep_arguments(qualified) for qualified in self._targets(written))
+        return answer
+
+    def def_text_holds(self, written: str, words: tuple[str, ...]) -> bool:
+        key = f"{written}\0{words}"
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = any(
+                self._begun().def_text_holds(qualified, words) for qualified in self._targets(written))
         return answer
 
     def _begun(self) -> Project:

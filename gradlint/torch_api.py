@@ -33,6 +33,15 @@ GRAD_OFF_METHODS: dict[str, frozenset[str]] = {
     **dict.fromkeys(LIGHTNING_BASES, frozenset({"validation_step", "test_step", "predict_step"})),
     **dict.fromkeys(("torchmetrics.Metric", "torchmetrics.metric.Metric"), frozenset({"update"})),
 }
+# The methods a framework's base class runs once per training step, by base: Lightning's fit loop
+# calls training_step for each batch; transformers' Trainer calls training_step for each batch and
+# compute_loss from it (and again per batch in evaluation).
+_HF_TRAINERS = ("transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+                "transformers.trainer_seq2seq.Seq2SeqTrainer")
+PER_STEP_METHODS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(LIGHTNING_BASES, frozenset({"training_step"})),
+    **dict.fromkeys(_HF_TRAINERS, frozenset({"training_step", "compute_loss"})),
+}
 
 # torch.nn names that are not modules even though they are capitalized.
 NN_NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter"})

@@ -24,10 +24,11 @@ _GRAD_CALLS = ("torch.autograd.backward", "torch.autograd.grad")
 
 
 def training_step_calls(model: FileModel, qualified: str) -> list[CallSite]:
-    """The calls to `qualified` (as imports resolve it) that run in a training step: a training
-    loop's body, a step function, or a Function's or Module's forward, in document order."""
+    """The calls that run `qualified` (FileModel.runs_through: it, or a def of the project that
+    calls it) in a training step: a training loop's body, a step function, a Function's or Module's
+    forward, or a framework's per-step method, in document order."""
     return [site for site in model.call_sites
-            if model.imports.qualify(site.call.func) == qualified and model.in_training_step(site)]
+            if model.in_training_step(site) and model.runs_through(site.call, qualified) is not None]
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,13 @@ class EmptyCacheInLoop(Rule):
     doc = """
 ## What it does
 Flags `torch.cuda.empty_cache()` once per training step: in a loop or function that also calls
-`optimizer.step()`, in a loop over a loader, dataset or epochs, or in the forward or backward of
-an autograd Function or an nn.Module's forward (every step runs them). Clearing the cache once
+`optimizer.step()`, in a loop over a loader, dataset or epochs, in the forward or backward of
+an autograd Function or an nn.Module's forward (every step runs them), or in a method a framework
+runs every step (Lightning's `training_step`; a transformers `Trainer`'s `training_step` and
+`compute_loss`, through the project's own base classes too). A call of a helper, of this file or
+another module of the project, that empties the cache itself on every call counts as a call of
+`empty_cache()` (the checked file still has to name `empty_cache`, as trl's helper is named: a
+helper named otherwise in another module is not followed). Clearing the cache once
 after training, once per epoch, every so many steps (`if step % 100 == 0:`), in a loop over
 devices, in a loop whose iterations call a def of the file with a training loop of its own
 (`for epoch in ...: train(epoch)`), or in an evaluation loop (over a loader, with grad off around
@@ -111,8 +116,45 @@ for epoch in range(1, 1 + epochs):
     train(epoch)
     torch.cuda.empty_cache()
 """,
+        # A helper that empties the cache every 100 calls only, and a Trainer method run once per
+        # evaluation: neither runs every step.
+        """
+import torch
+from transformers import Trainer
+def maybe_clear(step):
+    if step % 100 == 0:
+        torch.cuda.empty_cache()
+class Distill(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        maybe_clear(self.state.global_step)
+        return model(**inputs).loss
+    def evaluate(self, *args, **kwargs):
+        torch.cuda.empty_cache()
+        return super().evaluate(*args, **kwargs)
+""",
     )
     INVALID = (
+        # Methods Lightning and transformers' Trainer run every step; a helper that empties the
+        # cache on every call (trl's, which picks the available device) counts as the call.
+        Invalid("""
+import torch
+import lightning.pytorch as L
+from transformers import Trainer
+def clear_cache(device=None):
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+class Regressor(L.LightningModule):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        torch.cuda.empty_cache()  # each batch
+        return loss
+class DistillTrainer(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs)
+        clear_cache()
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+""", ("torch.cuda.empty_cache()  # each batch", "clear_cache()")),
         Invalid("""
 import torch as th
 for x, y in loader:
@@ -164,11 +206,15 @@ def train_step(batch):
 
     def precheck(self, tree) -> bool:
         names = prechecks.names_imported_as(tree, "empty_cache")
-        return prechecks.call_in_training_step(tree, lambda call: prechecks.last_name(call.func) in names)
+        return prechecks.call_in_training_step(tree, prechecks.calls_reaching(tree, names))
 
     def check(self, model: FileModel) -> Iterator[Hit]:
         for site in training_step_calls(model, "torch.cuda.empty_cache"):
             if site.periodic:  # every so many steps (`if step % 100 == 0`): the cost is spread thin
+                continue
+            through = model.runs_through(site.call, "torch.cuda.empty_cache")
+            if through:  # a helper of the project: named, with its place
+                yield Hit(site.call, f"{through} empties the cache every step: frees no live tensor, slows allocation")
                 continue
             yield Hit(site.call, (
                 "empty_cache() every step frees no live tensor and slows allocation; find the holder with "

@@ -44,14 +44,14 @@ def _found(root: Path, findings: list[dict]) -> set[tuple[str, int, str]]:
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels", "gated",
-                                  "modes", "scripts", "native"])
+                                  "modes", "scripts", "native", "framework"])
 def test_each_project_gets_exactly_its_expected_findings(name: str):
     root = PROJECTS / name
     assert _found(root, _check(root, cwd=root)) == _expected(root)
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "cycle", "missing", "stars", "inherits", "kernels",
-                                  "gated", "modes", "scripts", "native"])
+                                  "gated", "modes", "scripts", "native", "framework"])
 def test_no_precheck_hides_a_finding_that_rests_on_another_file(name: str, monkeypatch):
     """The prechecks read one file's CPython tree; what an imported name is, only the project
     index knows. Each project's findings with every precheck answering yes (the analysis alone
@@ -227,7 +227,7 @@ def _variants(source: str):
 
 
 @pytest.mark.parametrize("name", ["trainer", "meters", "ctx_helper", "inherits", "stars", "cycle", "kernels", "gated",
-                                  "modes", "scripts", "native"])
+                                  "modes", "scripts", "native", "framework"])
 def test_after_any_edit_of_a_module_the_cache_answers_as_a_fresh_run(tmp_path: Path, name: str):
     """A cached result outlives an edit of a module it read when the parts it read are unchanged
     (project.ModuleFacts.part). Whatever the edit, the cached run must give what a run without the
