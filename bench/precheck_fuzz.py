@@ -5,8 +5,8 @@ statements of other files spliced in, linted twice in one process: with each rul
 
     python bench/precheck_fuzz.py [--files N] [--seed S] [--source DIR ...] [--keep DIR] [--open-markers]
 
-The prechecks decide on CPython's tree which files reach libcst, and GL103/GL104's re-decides
-part of the analysis there (gradlint/graph_store_precheck.py). bench/precheck_agreement.py
+The prechecks decide on CPython's tree which files reach libcst (GL103/GL104's by the targets of
+the file's stores alone: gradlint/graph_store_precheck.py). bench/precheck_agreement.py
 compares the two on real files as they are; this makes new ones where they disagree most often:
 statements that store (`x.append(...)`, `total += ...`, `self.h = ...`), make a graph
 (`out = self.encoder(h)`, `loss = model(x)`) or step (`loss.backward()`) are taken from the
