@@ -158,9 +158,10 @@ class _Scope:
         does for an instance of another module's class (whatever the receiver's shape), and for
         `super().m(v)` with a base of another module. Never: a literal, the method's own self (flow
         walks a method of the class itself, whose stores are sites there), a module `import` bound
-        (`np.stack(xs)`; a def of another module is an _IMPORTED_DEF site), what torch's namespace
-        holds (`torch.nn.functional.relu(x)`), or a local not carried across the steps. flow knows a value for such an instance only
-        from a call in this file of a name imported from elsewhere (`Meter()`, `utils.make_meter()`:
+        and never rebound at the top level (`np.stack(xs)`; a def of another module is an
+        _IMPORTED_DEF site), what torch's namespace holds (`torch.nn.functional.relu(x)`), or a
+        local not carried across the steps. flow knows a value for such an instance only from a
+        call in this file of a name imported from elsewhere (`Meter()`, `utils.make_meter()`:
         FileModel.imported_call, _project_instance): a file with none has no receiver to ask about."""
         if type(receiver) in _LITERALS:
             return False
@@ -176,8 +177,9 @@ class _Scope:
         if not isinstance(head, ast.Name) or head.id in self.bound or head.id in self.params:
             return not isinstance(receiver, ast.Name) or (
                 receiver.id != self.self_name and self._name_outlives(receiver.id, loops, param_outlives=True))
-        if head.id in facts.torch_names or (head is receiver and head.id in facts.imported_modules):
-            return False
+        if head.id not in facts.scopes[0].bound and (
+                head.id in facts.torch_names or (head is receiver and head.id in facts.imported_modules)):
+            return False  # `meter = meter.Meter()` at the top level: an instance after all
         return not isinstance(receiver, ast.Name) or self._name_outlives(receiver.id, loops, param_outlives=True)
 
     def _name_outlives(self, name: str, loops: tuple[ast.stmt, ...], param_outlives: bool) -> bool:

@@ -484,6 +484,17 @@ def test_a_file_that_keeps_no_graph_past_the_step_skips_libcst(source):
     assert not may_store(source)
 
 
+def test_a_module_name_rebound_to_an_instance_keeps_its_method_calls():
+    # `meter` is a module only until the top level rebinds it: then flow may know an instance of
+    # the project's class there, whose method may keep what it is given.
+    assert may_store("""
+        import meter
+        meter = meter.Meter()
+        def step(model, batch):
+            meter.record(model(batch).sum())
+    """)
+
+
 @pytest.mark.parametrize("source", KEPT_BUT_NO_GRAPH.values(), ids=KEPT_BUT_NO_GRAPH.keys())
 def test_a_store_past_the_step_reaches_the_analysis_which_finds_no_graph(source):
     assert may_store(source)
