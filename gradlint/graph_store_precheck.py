@@ -14,7 +14,7 @@ KeptElsewhere: another module's method may keep what it is given, `tracker.recor
 of another module the call reaches when the project says that def may keep what it is given
 (`remember(loss)`: prechecks.def_may_keep_arguments, read from the project's symbols on CPython's
 tree); GL104 also needs the new value to read its target (`total = total + loss`, or through a
-local: the function reads the name, or the attribute). Neither looks at a module's own attributes
+local, `new = total + loss; total = new`: by the names read, as flow's reads go). Neither looks at a module's own attributes
 in its forward (GL102 does). Values the rules never report are left out by their syntax alone:
 literals, f-strings and comparisons (`self.n += 1`).
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 import ast
 import weakref
 from functools import cached_property
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from gradlint.prechecks import children, def_may_keep_arguments, dotted as _dotted, elsewhere_asked, training_header
 from gradlint.torch_api import (CONTAINER_STORING_METHODS, FUNCTION_BASES, is_module_base, makes_a_step,
@@ -92,6 +92,7 @@ class _Site(NamedTuple):
     kind: str
     target: ast.AST | str
     loops: tuple[ast.stmt, ...]
+    value: ast.expr | None = None  # a chained store's new value, which must read its target
 
 
 class _Class:
@@ -122,7 +123,40 @@ class _Scope:
         self._loop_headers: dict[int, bool] = {}  # loops whose header names a loader, an epoch, ...
 
     def keeps_past_step(self, facts: _FileFacts) -> bool:
-        return any(site.kind != _IMPORTED_DEF and self.store_outlives_step(site, facts) for site in self.sites)
+        return any(site.kind != _IMPORTED_DEF and self.store_outlives_step(site, facts) and self._reads_own_target(site)
+                   for site in self.sites)
+
+    def _reads_own_target(self, site: _Site) -> bool:
+        """For a chained store, whether its new value may read what it replaces, by the names it
+        reads, directly or through the function's bindings of them (`new = self.h + x; self.h =
+        new`), as flow's reads go: names only, no value is evaluated. Other stores need not."""
+        if site.kind == _CHAINED_NAME:
+            target = site.target
+        elif site.kind == _CHAINED_ATTRIBUTE:
+            target = _dotted(site.target)
+        elif site.kind == _SETATTR:
+            target = f"{_dotted(site.target.args[0])}.{site.target.args[1].value}"
+        else:
+            return True
+        seen: set[str] = set()
+        todo = [site.value]
+        while todo:
+            names = _read_names(todo.pop())
+            if target in names:
+                return True
+            for name in names - seen:
+                seen.add(name)
+                todo.extend(self.values_of.get(name, ()))
+        return False
+
+    @cached_property
+    def values_of(self) -> dict[str, list[ast.expr]]:
+        """What each name or dotted attribute is bound to in the function's own body."""
+        found: dict[str, list[ast.expr]] = {}
+        for targets, value in _bindings(self.node):
+            for target in targets:
+                found.setdefault(target, []).append(value)
+        return found
 
     def passes_to_a_keeping_def(self, facts: _FileFacts) -> bool:
         """A call of another module's def that keeps what it is given, as the project says (it may
@@ -333,7 +367,7 @@ class _FileFacts:
                                          func.value, loops))
         elif isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) >= 3 \
                 and type(node.args[2]) not in _NEVER_GRAPH:
-            scope.sites.append(_Site(_SETATTR, node, loops))
+            scope.sites.append(_Site(_SETATTR, node, loops, node.args[2]))
         head = func
         while isinstance(head, ast.Attribute):
             head = head.value
@@ -353,21 +387,21 @@ class _FileFacts:
             return
         if type(node.value) not in _NEVER_GRAPH:
             for target in node.targets if isinstance(node, ast.Assign) else (node.target,):
-                self._store(target, scope, loops)
+                self._store(target, node.value, scope, loops)
         self._children(node, scope, loops)
 
-    def _store(self, target: ast.expr, scope: _Scope, loops) -> None:
+    def _store(self, target: ast.expr, value: ast.expr, scope: _Scope, loops) -> None:
         if isinstance(target, ast.Name):
-            scope.sites.append(_Site(_CHAINED_NAME, target.id, loops))
+            scope.sites.append(_Site(_CHAINED_NAME, target.id, loops, value))
         elif isinstance(target, ast.Attribute):
-            scope.sites.append(_Site(_CHAINED_ATTRIBUTE, target, loops))
+            scope.sites.append(_Site(_CHAINED_ATTRIBUTE, target, loops, value))
         elif isinstance(target, ast.Subscript):
             scope.sites.append(_Site(_CONTAINER, target.value, loops))
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
-                self._store(element, scope, loops)
+                self._store(element, value, scope, loops)
         elif isinstance(target, ast.Starred):
-            self._store(target.value, scope, loops)
+            self._store(target.value, value, scope, loops)
 
     def _augmented(self, node: ast.AugAssign, scope: _Scope, loops) -> None:
         target = node.target
@@ -465,6 +499,58 @@ _HANDLERS = {
     ast.ClassDef: _FileFacts._class,
     ast.Import: _FileFacts._import, ast.ImportFrom: _FileFacts._import_from,
 }
+
+
+def _read_names(value: ast.expr) -> set[str]:
+    """The names and dotted attribute chains an expression reads (lambdas left out, as flow)."""
+    names: set[str] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(_dotted(node))
+        stack.extend(children(node))
+    names.discard(None)
+    return names
+
+
+def _bindings(function: ast.AST) -> Iterator[tuple[set[str], ast.expr]]:
+    """(names and dotted attributes bound, the value) for each binding in the function's own body:
+    assignments, loop and comprehension targets, `with ... as`, `:=`."""
+    stack = list(children(function)) if isinstance(function, ast.Module) else list(function.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in _NESTED_SCOPES:
+            continue
+        if kind is ast.Assign:
+            for target in node.targets:
+                yield _bound_names(target), node.value
+        elif kind is ast.AugAssign:
+            yield _bound_names(node.target), node.value
+        elif (kind is ast.AnnAssign and node.value is not None) or kind is ast.NamedExpr:
+            yield _bound_names(node.target), node.value
+        elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
+            yield _bound_names(node.target), node.iter
+        elif kind is ast.withitem and node.optional_vars is not None:
+            yield _bound_names(node.optional_vars), node.context_expr
+        stack.extend(children(node))
+
+
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _bound_names(target: ast.expr) -> set[str]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_bound_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    name = target.id if isinstance(target, ast.Name) else _dotted(target)
+    return {name} if name is not None else set()
 
 
 def _is_text(node: ast.expr) -> bool:
