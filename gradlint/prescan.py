@@ -36,20 +36,18 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     over torch's sources spent a quarter of their time resuming a generator."""
     fields = _FIELDS.get(type(node))
     if fields is None:
+        # libcst declares `__slots__` with an annotation, so it is a dataclass field too: a tuple of
+        # slot names on every node, read and searched for nodes at every visit until left out here.
         fields = _FIELDS[type(node)] = tuple(
-            f for f in node.__dataclass_fields__ if f not in _SKIPPED_FIELDS and not f.startswith("whitespace"))
+            f for f in node.__dataclass_fields__
+            if f not in _SKIPPED_FIELDS and not f.startswith(("whitespace", "__")))
     found: list[cst.CSTNode] = []
     known = _NODE_TYPES
     for name in fields:
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:
-            for item in value:
-                is_node = known.get(type(item))
-                if is_node is None:
-                    is_node = _is_node(type(item))
-                if is_node:
-                    found.append(item)
+            found.extend(value)  # libcst's sequence fields hold nodes only (Sequence[BaseStatement], ...)
         else:
             is_node = known.get(kind)
             if is_node is None:
