@@ -213,6 +213,36 @@ def _parse_chunk(text: str, first: bool) -> _Chunk | None:
                   any(_has_block(s) for s in statements))
 
 
+def statement(text: str) -> _Chunk | None:
+    """One top-level statement's text (with any lines inside it), parsed on its own; None where
+    libcst reads it differently alone or it is not one statement ending in a line break."""
+    _parsing.active = True  # nodes the parser made are valid by construction (see _post_init)
+    try:
+        return _parse_chunk(text, False)
+    finally:
+        _parsing.active = False
+
+
+def module_of(chunks: list[_Chunk]) -> cst.Module | None:
+    """The module whose body is these statements, in order, as libcst would parse their texts
+    joined; None where they disagree on the newline or the indentation libcst's module keeps."""
+    body: list[cst.BaseStatement] = []
+    newline = indent = None
+    for chunk in chunks:
+        if newline is None:
+            newline = chunk.newline
+        elif chunk.newline != newline:
+            return None
+        if chunk.has_block:
+            if indent is None:
+                indent = chunk.indent
+            elif chunk.indent != indent:
+                return None
+        body.extend(chunk.statements)
+    return cst.Module(body=tuple(body), header=(), footer=(), encoding="utf-8", default_indent=indent or "    ",
+                      default_newline=newline or "\n", has_trailing_newline=True)
+
+
 def _has_block(statement: cst.CSTNode) -> bool:
     """Whether the statement holds an indented block, whose `indent=None` means the module's."""
     body = getattr(statement, "body", None)

@@ -343,6 +343,7 @@ class ModuleFacts:
         self._symbols: Symbols | None = None
         self._symbols_failed = False
         self._models: dict[frozenset[int], ModuleModel | None] = {}
+        self._statements: dict[tuple[int, int], object] = {}  # a kept statement's lines -> its parse (_kept_module)
         self._kept_texts: dict[frozenset[str], str] = {}  # model_text_holds: the kept text, lower case
         self._kept_keeps: dict[frozenset[str], bool] = {}  # _keeps: whether the kept text may keep arguments
         self._classes: dict[str, ClassFacts | None] = {}
@@ -377,8 +378,30 @@ class ModuleFacts:
         key = frozenset(wanted)
         if key not in self._models:
             with self.project.asking(self):
-                self._models[key] = self.project._build_model(self, self._kept_source(wanted))
+                self._models[key] = self.project._build_model(self, self._kept_source(wanted),
+                                                              self._kept_module(wanted))
         return self._models[key]
+
+    def _kept_module(self, wanted: set[str]) -> cst.Module | None:
+        """libcst's module of `_kept_source(wanted)`, put together from its statements, each parsed
+        once per process: the models asked of one module keep overlapping statements (its imports,
+        a helper every def calls), and parsing each kept text whole read 11.9 MB for 1,240 models
+        in a run over the real-world corpus where 40% of it was distinct (40 unsloth files).
+        None: parse the kept text whole (statements sharing a line, a chunk libcst reads otherwise
+        alone, mixed newlines or indentation)."""
+        chunks = []
+        previous = 0
+        for first, last in self._kept_ranges(wanted):
+            if first <= previous:
+                return None  # `import a; import b` kept twice, or ranges the text joins
+            previous = last
+            if (first, last) not in self._statements:
+                self._statements[(first, last)] = parse.statement("".join(self.lines[first - 1:last]))
+            chunk = self._statements[(first, last)]
+            if chunk is None:
+                return None
+            chunks.append(chunk)
+        return parse.module_of(chunks)
 
     def may_keep_arguments(self, name: str) -> bool:
         """Whether `name`'s def, or a def or class of this module it names (what `model_for(name)`
@@ -972,12 +995,15 @@ class Project:
                 return facts
         return None
 
-    def _build_model(self, module: ModuleFacts, source: str) -> ModuleModel | None:
+    def _build_model(self, module: ModuleFacts, source: str, tree: cst.Module | None = None) -> ModuleModel | None:
+        """The model of `source`, a module's kept statements; `tree`: their parse, when already put
+        together from statements parsed before (ModuleFacts._kept_module)."""
         if self._build is None:
             return None
         self._under_way.add(module.dotted)
         try:
-            tree = parse.parse(source)
+            if tree is None:
+                tree = parse.parse(source)
             return self._build(tree, module.path, source, self)
         except Exception:  # noqa: BLE001 - a module we cannot read answers nothing; the checked file goes on
             return None
