@@ -113,27 +113,15 @@ def _assemble(source: str, tree: ast.Module) -> cst.Module | None:
     lines = split_lines(source)
     if spans[-1][1] > len(lines):
         return None
-    body: list[cst.BaseStatement] = []
-    header: tuple[cst.EmptyLine, ...] = ()
-    newline = indent = None
+    chunks: list[_Chunk] = []
     used: set[int] = set()
     start = 0
     for index, (_, last) in enumerate(spans):
-        first_chunk = index == 0
-        chunk = _chunk("".join(lines[start:last]), first_chunk, used)
+        chunk = _chunk("".join(lines[start:last]), index == 0, used)
         if chunk is None:
             return None
         start = last
-        if first_chunk:
-            header, newline = chunk.header, chunk.newline
-        elif chunk.newline != newline:
-            return None  # mixed line endings: libcst's module keeps one
-        if chunk.has_block:
-            if indent is None:
-                indent = chunk.indent
-            elif chunk.indent != indent:
-                return None
-        body.extend(chunk.statements)
+        chunks.append(chunk)
     footer: tuple[cst.EmptyLine, ...] = ()
     tail = "".join(lines[start:])
     if tail:
@@ -144,9 +132,7 @@ def _assemble(source: str, tree: ast.Module) -> cst.Module | None:
         if rest.body:
             return None
         footer = (*rest.header, *rest.footer)
-    return cst.Module(body=tuple(body), header=header, footer=footer, encoding="utf-8",
-                      default_indent=indent or "    ", default_newline=newline,
-                      has_trailing_newline=source.endswith(("\n", "\r")))
+    return module_of(chunks, chunks[0].header, footer, source.endswith(("\n", "\r")))
 
 
 def _statement_spans(tree: ast.Module) -> list[tuple[int, int]]:
@@ -216,16 +202,14 @@ def _parse_chunk(text: str, first: bool) -> _Chunk | None:
 def statement(text: str) -> _Chunk | None:
     """One top-level statement's text (with any lines inside it), parsed on its own; None where
     libcst reads it differently alone or it is not one statement ending in a line break."""
-    _parsing.active = True  # nodes the parser made are valid by construction (see _post_init)
-    try:
-        return _parse_chunk(text, False)
-    finally:
-        _parsing.active = False
+    return _parse_chunk(text, False)
 
 
-def module_of(chunks: list[_Chunk]) -> cst.Module | None:
+def module_of(chunks: list[_Chunk], header: tuple[cst.EmptyLine, ...] = (),
+              footer: tuple[cst.EmptyLine, ...] = (), trailing_newline: bool = True) -> cst.Module | None:
     """The module whose body is these statements, in order, as libcst would parse their texts
-    joined; None where they disagree on the newline or the indentation libcst's module keeps."""
+    joined; None where they disagree on the newline (mixed line endings) or the indentation that
+    libcst's module keeps for all."""
     body: list[cst.BaseStatement] = []
     newline = indent = None
     for chunk in chunks:
@@ -239,8 +223,9 @@ def module_of(chunks: list[_Chunk]) -> cst.Module | None:
             elif chunk.indent != indent:
                 return None
         body.extend(chunk.statements)
-    return cst.Module(body=tuple(body), header=(), footer=(), encoding="utf-8", default_indent=indent or "    ",
-                      default_newline=newline or "\n", has_trailing_newline=True)
+    return cst.Module(body=tuple(body), header=header, footer=footer, encoding="utf-8",
+                      default_indent=indent or "    ", default_newline=newline or "\n",
+                      has_trailing_newline=trailing_newline)
 
 
 def _has_block(statement: cst.CSTNode) -> bool:
