@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gradlint import graph_store_precheck
+from gradlint import graph_store_precheck, prechecks
 from gradlint.engine import RuleSet, lint_source
 from gradlint.registry import all_rules
 
@@ -484,15 +484,27 @@ def test_a_file_that_keeps_no_graph_past_the_step_skips_libcst(source):
     assert not may_store(source)
 
 
+class _NothingKeeps:
+    """A project whose defs keep nothing they are given: only the file's own stores can pass."""
+
+    def def_may_keep_arguments(self, written: str) -> bool:
+        return False
+
+    def def_text_holds(self, written: str, words: tuple[str, ...]) -> bool:
+        return False
+
+
 def test_a_module_name_rebound_to_an_instance_keeps_its_method_calls():
     # `meter` is a module only until the top level rebinds it: then flow may know an instance of
-    # the project's class there, whose method may keep what it is given.
-    assert may_store("""
-        import meter
-        meter = meter.Meter()
+    # the project's class there, whose method may keep what it is given. With the project saying
+    # that no def keeps its argument, only the receiver can let the file through.
+    step = """
         def step(model, batch):
             meter.record(model(batch).sum())
-    """)
+    """
+    with prechecks.asking(_NothingKeeps()):
+        assert may_store("import meter\nmeter = meter.Meter()\n" + textwrap.dedent(step))
+        assert not may_store("import meter\n" + textwrap.dedent(step))
 
 
 @pytest.mark.parametrize("source", KEPT_BUT_NO_GRAPH.values(), ids=KEPT_BUT_NO_GRAPH.keys())
