@@ -31,6 +31,7 @@ from gradlint.rule import Hit, Rule
 from gradlint.cache import ResultCache
 from gradlint.prescan import child_nodes
 from gradlint.project import PrecheckAnswers, Project
+from gradlint.code_text import code_only
 from gradlint.source import DEFAULT_MAX_BYTES, Unreadable, decode_source, read_bytes, split_lines, text_digest
 from gradlint.suppressions import Suppressions, find_suppressions, may_hold_our_codes, unused_findings
 
@@ -240,6 +241,8 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     answers = PrecheckAnswers(path, tree, _project_for) if tree is not None else None
     with prechecks.asking(answers):
         rules = _prechecked(rules, tree)
+    if rules and tree is not None:
+        rules = _rules_marked_in(code_only(source, tree), rules)  # a marker in a comment shows no code
     begun = answers.project if answers is not None else None  # a precheck asked about another module
     if not rules:
         if begun is not None:

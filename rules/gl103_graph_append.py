@@ -137,7 +137,7 @@ slot (`last["loss"] = loss`) replaces the previous step's value and is reported 
 holds one step's graph, not all of them. A memo, stored only where its key is absent (`if k not
 in cache: cache[k] = v`, `cache.setdefault(k, v)`), keeps one value per key and is not reported
 unless its key is made afresh in the loop (`if step not in seen: seen[step] = loss` grows).
-Only in a file that shows training: a `.backward(`,
+Only in a file whose code (not a comment or docstring) shows training: a `.backward(`,
 `autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
 `loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
 helpers usually called under `no_grad`) nothing is reported. Code under `torch.no_grad()` makes
