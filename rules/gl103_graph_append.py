@@ -107,7 +107,9 @@ class GraphAppend(Rule):
     # driven by a framework: Lightning's training_step; a rollout keeping a policy's log_prob; a
     # forward hook keeping its output),
     # and somewhere to keep it.
-    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step", "register_forward_hook",
+    # `torch.autograd.backward(` is a `.backward(`; `autograd.grad` alone is also `autograd.grad_mode`
+    # and `gradcheck`, which train nothing.
+    markers = (".backward(", "autograd.grad(", "training_step", "register_forward_hook",
                *((op, call) for op in ("append(", "insert(", "extend(", "] =", "+= [") for call in ("model(", "net(", "criterion(", "loss_fn(", "log_prob(")))
     fix_safety = "unsafe"
     doc = """

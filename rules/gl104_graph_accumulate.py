@@ -70,7 +70,9 @@ class GraphAccumulate(Rule):
     name = "graph-accumulate"
     severity = Severity.ERROR
     summary = "a loss summed into a total that outlives the step, without .item()"
-    markers = (".backward(", "autograd.grad", "autograd.backward", "training_step",
+    # `torch.autograd.backward(` is a `.backward(`; `autograd.grad` alone is also `autograd.grad_mode`
+    # and `gradcheck`, which train nothing.
+    markers = (".backward(", "autograd.grad(", "training_step",
                *(("+", call) for call in ("model(", "net(", "criterion(", "loss_fn(")))
     fix_safety = "unsafe"
     doc = """
