@@ -1,69 +1,47 @@
-"""A file's text with its comments and string literals blanked, for the rules' text markers.
+"""A file's text with its comments and string literals left out, for the rules' text markers.
 
 A marker stands for code the rule needs (`def forward`, `.backward(`, `save_for_backward`): a
 mention in a docstring's example or a comment shows none of it. torch's own docstrings are full of
 `loss.backward()`, so 62 of the 171 files of torch that GL103/GL104's markers and precheck let
 through (2026-12-05) held their only `.backward(` or model call in a comment or a string.
 
-The spans come from CPython's tree the engine already has: every string and bytes literal, and
-after those every `#` outside them starts a comment. An f-string is left as it is, its text and
-the code in its braces alike (CPython 3.11 places the parts inside one unreliably), and a `#` in it
-is no comment: what stays can only let a rule through, never keep one out.
+One regular expression reads the text left to right as Python's tokenizer does: outside a literal,
+a `#` starts a comment and a quote starts a string, and whichever comes first hides the other (a
+quote in a comment, a `#` in a string). It needs no tree, so it runs before CPython's parse: 0.07 s
+for torch's 9.6 MB that reach GL103/GL104, where a walk of CPython's tree for the literals' spans
+took 0.63 s. An f-string is kept whole, its text and the code in its braces alike (3.12 nests
+quotes there, which a regular expression cannot pair): what stays can only let a rule in, never
+keep one out. Against tokenize on the 4,600 files of torch and the real-world corpus whose text
+holds a marker, the rules let in are the same but on files where an f-string keeps more.
 """
 
 from __future__ import annotations
 
-import ast
-import bisect
+import re
 
-from gradlint.source import split_lines
+_TRIPLE_DOUBLE = r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'
+_TRIPLE_SINGLE = r"'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''"
+_DOUBLE = r'"[^"\\\r\n]*(?:\\.[^"\\\r\n]*)*"'
+_SINGLE = r"'[^'\\\r\n]*(?:\\.[^'\\\r\n]*)*'"
+# Every alternative starts with `#` or a quote, so the search skips the code between literals in
+# C; a string's prefix is read behind its quote (`_F_PREFIX`).
+_LITERAL = re.compile(rf"#[^\r\n]*|{_TRIPLE_DOUBLE}|{_TRIPLE_SINGLE}|{_DOUBLE}|{_SINGLE}", re.DOTALL)
+_F_PREFIX = re.compile(r"(?:[fF][rR]?|[rR][fF])\Z")
 
 
-def code_only(source: str, tree: ast.Module) -> str:
+def code_only(source: str) -> str:
     """`source` with each comment and string literal (but f-strings) replaced by one space: no
-    marker holds a quote, a `#` or a line break, so none is split or made up by it."""
-    lines = split_lines(source)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-
-    def offset(lineno: int, col: int) -> int:
-        line = lines[lineno - 1]
-        # CPython's columns count UTF-8 bytes
-        return starts[lineno - 1] + (col if line.isascii() else len(line.encode()[:col].decode(errors="ignore")))
-
-    blanked: list[tuple[int, int]] = []  # string literals
-    kept: list[tuple[int, int]] = []  # f-strings
-    todo: list[ast.AST] = [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, (str, bytes)):
-                blanked.append((offset(node.lineno, node.col_offset), offset(node.end_lineno, node.end_col_offset)))
-            continue
-        if isinstance(node, ast.JoinedStr):
-            kept.append((offset(node.lineno, node.col_offset), offset(node.end_lineno, node.end_col_offset)))
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-    literals = sorted(blanked + kept)
-    ends = [end for _, end in literals]
-    comments: list[tuple[int, int]] = []
-    at = source.find("#")
-    while at != -1:
-        index = bisect.bisect_right(ends, at)  # the first literal ending after `at`
-        if index < len(literals) and literals[index][0] <= at:
-            at = source.find("#", literals[index][1])  # inside a literal: no comment
-            continue
-        line = bisect.bisect_right(starts, at) - 1
-        end = starts[line] + len(lines[line].rstrip("\r\n"))
-        comments.append((at, end))
-        at = source.find("#", end)
-    if not blanked and not comments:
-        return source
+    marker holds a quote, a `#` or a line break, so none is split or made up by it. The text must
+    be Python (CPython parses it); anything else is read as well as it goes."""
     parts: list[str] = []
     done = 0
-    for start, end in sorted(blanked + comments):  # never overlapping: the search skips literals
+    for literal in _LITERAL.finditer(source):
+        start = literal.start()
+        if source[start] != "#" and _F_PREFIX.search(source[max(0, start - 2):start]):
+            continue  # an f-string stays
         parts.append(source[done:start])
-        done = end
+        done = literal.end()
+    if not parts:
+        return source
     parts.append(source[done:])
     return " ".join(parts)

@@ -226,6 +226,8 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     # finding to silence there: a rule the gates leave out has no finding in the file at all.
     noqa = UNUSED_NOQA[0] in ruleset.engine and may_hold_our_codes(source)
     rules = _rules_marked_in(source, ruleset.rules) if not _another_frameworks(source) else []
+    if rules:  # read again in the code alone: a marker in a comment or docstring shows no code
+        rules = _rules_marked_in(code_only(source), rules)
     if not rules:  # only the syntax check is left
         error = _syntax_error(source, path)
         if error is not None:
@@ -241,8 +243,6 @@ def lint_source(source: str, path: str, ruleset: RuleSet) -> FileResult:
     answers = PrecheckAnswers(path, tree, _project_for) if tree is not None else None
     with prechecks.asking(answers):
         rules = _prechecked(rules, tree)
-    if rules and tree is not None:
-        rules = _rules_marked_in(code_only(source, tree), rules)  # a marker in a comment shows no code
     begun = answers.project if answers is not None else None  # a precheck asked about another module
     if not rules:
         if begun is not None:

@@ -82,9 +82,9 @@ class Rule:
     summary: ClassVar[str]  # one line, for `gradlint rules`
     doc: ClassVar[str]  # What it does / Why is this bad? / Example / Use instead
     # Text that must occur in a file's code for the rule to find anything there: a string, or a
-    # tuple of strings that must all occur. Looked for in the text first, then, for a file whose
-    # rules are still in play after the prechecks, in its code alone (comments and string
-    # literals blanked: gradlint/code_text.py), so a marker holds no quote, `#` or line break.
+    # tuple of strings that must all occur. Looked for in the text first, then in the code alone
+    # (comments and string literals left out: gradlint/code_text.py), so a marker holds no quote,
+    # `#` or line break.
     # Files with none of the selected rules' markers are not parsed by libcst (most of torch's
     # own files have none).
     markers: ClassVar[tuple[str | tuple[str, ...], ...]]
