@@ -139,14 +139,14 @@ slot (`last["loss"] = loss`) replaces the previous step's value and is reported 
 holds one step's graph, not all of them. A memo, stored only where its key is absent (`if k not
 in cache: cache[k] = v`, `cache.setdefault(k, v)`), keeps one value per key and is not reported
 unless its key is made afresh in the loop (`if step not in seen: seen[step] = loss` grows).
-Only in a file whose code (not a comment or docstring) shows training: a `.backward(`,
-`autograd.grad`/`autograd.backward`, a `training_step`, a forward hook, or a model, criterion,
-`loss_fn` or `log_prob` call's result added to a container; elsewhere (library code, inference
-helpers usually called under `no_grad`) nothing is reported. Code under `torch.no_grad()` makes
-no graph: a block, a decorated def (also by a decorator of the project whose def names
-`no_grad` or `inference_mode`: yolov5's `@smart_inference_mode()`), and a method that only such
-code of the file calls (PyG's layer-wise `inference`, called only from a `@torch.no_grad()` test
-function).
+Only in a file whose code (not a comment or docstring) shows training: a `.backward(` (also
+`torch.autograd.backward(`), an `autograd.grad(`, a `training_step`, a forward hook, or a model,
+criterion, `loss_fn` or `log_prob` call's result added to a container; elsewhere (library code,
+inference helpers usually called under `no_grad`) nothing is reported. Code under
+`torch.no_grad()` makes no graph: a block, a decorated def (also by a decorator of the project
+whose def names `no_grad` or `inference_mode`: yolov5's `@smart_inference_mode()`), and a method
+that only such code of the file calls (PyG's layer-wise `inference`, called only from a
+`@torch.no_grad()` test function).
 
 ## Why is this bad?
 Measured on torch 2.13: `losses.append(loss)` after `backward()` keeps each step's autograd

@@ -97,13 +97,13 @@ module of the project, `model.compute_loss(out)`) is read there: the numbers it 
 the loss (`return loss, loss.item(), 0`) are numbers; one whose def cannot be read is taken by its
 name, as a loss or output when it says so (`compute_loss`, `encode`). Nothing a call returns under
 `torch.no_grad()` holds a graph, the items of a tuple neither. Only in a file whose code (not
-a comment or docstring) shows training: a `.backward(`, `autograd.grad`/`autograd.backward`, a
-`training_step`, or a model, criterion or `loss_fn` call's result added (`+`); elsewhere nothing
-is reported. Code under `torch.no_grad()`/`inference_mode()` makes no graph: a block, a
-decorated method (also by a decorator of the project whose def names either: yolov5's
-`@smart_inference_mode()`), a Lightning validation hook, and a method that only such code of the
-file calls (a wrapper's helper, a model's `inference` called only from a `@torch.no_grad()`
-function).
+a comment or docstring) shows training: a `.backward(` (also `torch.autograd.backward(`), an
+`autograd.grad(`, a `training_step`, or a model, criterion or `loss_fn` call's result added
+(`+`); elsewhere nothing is reported. Code under `torch.no_grad()`/`inference_mode()` makes no
+graph: a block, a decorated method (also by a decorator of the project whose def names either:
+yolov5's `@smart_inference_mode()`), a Lightning validation hook, and a method that only such code
+of the file calls (a wrapper's helper, a model's `inference` called only from a
+`@torch.no_grad()` function).
 
 ## Why is this bad?
 Measured on torch 2.13: the tensor sum chains every step's graph onto `total`. The bytes hardly
