@@ -167,7 +167,6 @@ class Statement:
     first: int  # its first line (its first decorator's), 1-based
     last: int
     is_class: bool
-    names: frozenset[str]  # the names it reads: its bases, the helpers it calls
     bases: tuple[str, ...] = ()  # a class's bases as written (`nn.Module`, `Base`); "" for one not a dotted name
     methods: frozenset[str] = frozenset()  # a class's own defs
     line: int = 0  # the `def` or `class` line, below any decorators: the line messages name
@@ -265,10 +264,9 @@ def _symbols(tree: ast.Module, package: str) -> Symbols:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if id(node) in top_level:
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                names = frozenset(n.id for n in walk(node) if isinstance(n, ast.Name))
                 is_class = isinstance(node, ast.ClassDef)
                 statements[node.name] = Statement(
-                    index, first, node.end_lineno or first, is_class, names,
+                    index, first, node.end_lineno or first, is_class,
                     tuple(_dotted(b) for b in node.bases) if is_class else (),
                     frozenset(n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
                     if is_class else frozenset(), node.lineno)
@@ -347,6 +345,7 @@ class ModuleFacts:
         self._kept_texts: dict[frozenset[str], str] = {}  # model_text_holds: the kept text, lower case
         self._kept_keeps: dict[frozenset[str], bool] = {}  # _keeps: whether the kept text may keep arguments
         self._classes: dict[str, ClassFacts | None] = {}
+        self._read_names: dict[str, frozenset[str]] = {}  # _names_read
         self._parts: dict[str, str] = {}
 
     @property
@@ -442,11 +441,26 @@ class ModuleFacts:
         wanted = {name}
         todo = [name]
         while todo:
-            for other in symbols.statements[todo.pop()].names:
+            for other in self._names_read(todo.pop()):
                 if other in symbols.statements and other not in wanted:
                     wanted.add(other)
                     todo.append(other)
         return wanted
+
+    def _names_read(self, name: str) -> frozenset[str]:
+        """The names a top-level def or class reads (its bases, the helpers it calls), from
+        CPython's tree of its own lines, read when a model first asks: most modules the project
+        reads are asked only what a name is. Walking every def when the symbols were read took
+        the project's symbols 0.58 s on torch's sources (one core, 316 modules); read on demand,
+        0.15 s, and 0.18 s to parse the 884 statements asked about. A top-level def or class
+        shares no line with another statement, so its lines parse alone."""
+        found = self._read_names.get(name)
+        if found is None:
+            statement = self.symbols.statements[name]  # type: ignore[union-attr]
+            tree = _python_tree("".join(self.lines[statement.first - 1:statement.last]), self.path)
+            found = self._read_names[name] = frozenset() if tree is None else frozenset(
+                n.id for n in walk(tree) if isinstance(n, ast.Name))
+        return found
 
     def _kept_ranges(self, wanted: set[str]) -> list[tuple[int, int]]:
         symbols = self.symbols
