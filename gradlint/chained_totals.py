@@ -133,9 +133,9 @@ def _chained_elsewhere(walk, event: KeptElsewhere) -> ChainedTotal | None:
 
 
 def _trained(model: FileModel, walk, name: str) -> bool:
-    """A rollout's running total that the update's loss is computed from (A2C's entropy bonus):
-    its graph is needed by that backward, then freed."""
-    return isinstance(walk.function, cst.FunctionDef) and container_key(name, walk.function) in model.trained_in(walk.function)
+    """A rollout's running total that the update's loss is computed from (A2C's entropy bonus, in
+    a def or a script's top level): its graph is needed by that backward, then freed."""
+    return container_key(name, walk.function) in model.trained_in(walk.function)
 
 
 def _trained_buffer(model: FileModel, walk, event: NameStore) -> bool:

@@ -717,16 +717,21 @@ class FileModel:
         # Only a function that stores or calls backward can fill, empty or train a container.
         functions = [f for f, _, _ in self._all_functions
                      if self.prescan(f).stores or self.prescan(f).backward_roots or self.prescan(f).deletes]
-        return trained_and_emptied(functions, self._buffer_facts)
+        found = trained_and_emptied(functions, self._buffer_facts)
+        top = self.prescan(self.module)
+        if top.backward_roots and top.stores:  # a script's own loop, read on its own (trained_buffers.py)
+            facts = self._buffer_facts(self.module)
+            found |= facts.trained() & facts.emptied
+        return found
 
-    def trained_in(self, function: cst.FunctionDef) -> set[str]:
+    def trained_in(self, function: cst.FunctionDef | cst.Module) -> set[str]:
         """What a backward in the function is computed from (trained_buffers keys)."""
         found = self._trained_in.get(id(function))
         if found is None:
             found = self._trained_in[id(function)] = self._buffer_facts(function).trained()
         return found
 
-    def _buffer_facts(self, function: cst.FunctionDef) -> BufferFacts:
+    def _buffer_facts(self, function: cst.FunctionDef | cst.Module) -> BufferFacts:
         """A def read by trained_buffers: from the def and the import names alone, so it is kept
         with the def's statement (parse.memo) for the next lint of the same text."""
         return parse.memo("buffers", function, self._within.get(id(function)),

@@ -15,6 +15,13 @@ an `on_*_epoch_end` hook (Lightning's `training_step_outputs`) holds an epoch of
 
 A container is named by its last attribute or its plain name (`policy.saved_log_probs` and
 `self.saved_log_probs` are the same list), the way the file would refer to it from any method.
+
+The module's top level is read too, on its own: a script's `if __name__ == "__main__":` block is
+where many training loops live (spikingjelly's A2C example makes `log_probs = []` anew each update
+and runs backward through `torch.cat(log_probs)`). A container it both trains and empties is
+exempt; its names are the module's globals, named plainly. It is not matched with the defs'
+facts by name: a def's parameter `log_probs` is not the script's list (spikingjelly's PPO example
+passes `torch.cat(log_probs).detach()` under that name to the def that runs backward).
 """
 
 from __future__ import annotations
@@ -33,12 +40,16 @@ _NEW_CONTAINERS = frozenset({"list", "dict", "set", "deque", "collections.deque"
                              "collections.defaultdict", "OrderedDict", "collections.OrderedDict"})
 
 
-def container_key(name: str, function: cst.FunctionDef | None = None) -> str:
+def container_key(name: str, function: cst.FunctionDef | cst.Module | None = None) -> str:
     """An attribute by its last name (`policy.saved_log_probs` is `self.saved_log_probs`
-    elsewhere); a local by its name and its function (two functions' `losses` are two lists)."""
+    elsewhere); a local by its name and its function (two functions' `losses` are two lists); a
+    name of the module's top level, a global, by its name alone."""
     if "." in name:
         return name.rsplit(".", 1)[-1]
-    return f"{id(function)}:{name}" if function is not None else name
+    return f"{id(function)}:{name}" if isinstance(function, cst.FunctionDef) else name
+
+
+Scope = cst.FunctionDef | cst.Module  # a def, or the module's top level
 
 
 def trained_and_emptied(functions: list[cst.FunctionDef], facts_of: Callable[[cst.FunctionDef], "Facts"]) -> set[str]:
@@ -67,7 +78,7 @@ class Facts:
     written and made keys at the end, once its locals are known. Read from the def and the
     file's import names alone."""
 
-    def __init__(self, function: cst.FunctionDef, imports):
+    def __init__(self, function: Scope, imports):
         self.function = function
         self.imports = imports
         # name -> (where, names read): what was bound or added to it, at which point of the body
@@ -80,7 +91,7 @@ class Facts:
         self._added: set[str] = set()
         self._loops = 0
         self._at = 0  # statements and calls seen so far: the order of the body
-        self._visit(function.body)
+        self._visit(function.body if isinstance(function, cst.FunctionDef) else function)
 
     def _key(self, name: str) -> str:
         local = "." not in name and name in self._bound and name not in self._globals

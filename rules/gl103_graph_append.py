@@ -157,8 +157,9 @@ freed until the list goes.
 
 A list built across a loop inside one step (collect per-layer outputs, then `torch.cat`) is fine
 and not reported. So is a list the file later runs backward through and then empties: an
-episode's log-probabilities in REINFORCE (`del policy.saved_log_probs[:]` after the update), the
-losses of gradient accumulation; the graphs are needed and go with each update. A list that is
+episode's log-probabilities in REINFORCE (`del policy.saved_log_probs[:]` after the update), an
+A2C update's rollout lists made anew for each update (in a def or in a script's top-level code),
+the losses of gradient accumulation; the graphs are needed and go with each update. A list that is
 emptied every epoch but never trained through (a loss history for logging) is still reported: it
 holds an epoch of graphs for nothing.
 
@@ -330,6 +331,35 @@ def a2c(model, envs, optimizer, num_steps, updates):
             entropy += dist.entropy().mean()
         adv = torch.tensor(rewards) - torch.cat(values)
         loss = -(torch.cat(log_probs) * adv.detach()).mean() + adv.pow(2).mean() - 0.01 * entropy
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+""",
+        # The same A2C at a script's top level (spikingjelly's examples): read as a def is.
+        """
+import torch
+from torch import nn
+class ActorCritic(nn.Module):
+    def forward(self, x):
+        return torch.distributions.Categorical(logits=x), x.sum()
+if __name__ == "__main__":
+    model = ActorCritic()
+    envs, optimizer = make()
+    state = envs.reset()
+    while True:
+        log_probs, values, rewards = [], [], []
+        entropy = 0
+        for _ in range(5):
+            dist, value = model(torch.as_tensor(state))
+            action = dist.sample()
+            state, reward, done, _ = envs.step(action.numpy())
+            log_probs.append(dist.log_prob(action))
+            values.append(value)
+            rewards.append(reward)
+            entropy += dist.entropy().mean()
+        log_probs = torch.cat(log_probs)
+        adv = torch.tensor(rewards) - torch.cat(values)
+        loss = -(log_probs * adv.detach()).mean() + adv.pow(2).mean() - 0.01 * entropy
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -521,6 +551,35 @@ def collect(model, envs, num_steps, updates):
             log_probs.append(dist.log_prob(action))
         old_log_probs = torch.cat(log_probs).detach()
         ppo_update(model, old_log_probs)
+""", ("log_probs.append(dist.log_prob(action))",)),
+        # The same at a script's top level: the def that runs backward takes a parameter named
+        # `log_probs`, but what it is given is the detached copy, not the script's list.
+        Invalid("""
+import torch
+from torch import nn
+class ActorCritic(nn.Module):
+    def forward(self, x):
+        return torch.distributions.Categorical(logits=x), x.sum()
+def ppo_update(model, optimizer, log_probs, returns):
+    ratio = (model.log_prob() - log_probs).exp()
+    loss = -(ratio * returns).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+if __name__ == "__main__":
+    model = ActorCritic()
+    envs, optimizer = make()
+    state = envs.reset()
+    while True:
+        log_probs, rewards = [], []
+        for _ in range(5):
+            dist, value = model(torch.as_tensor(state))
+            action = dist.sample()
+            state, reward, done, _ = envs.step(action.numpy())
+            log_probs.append(dist.log_prob(action))
+            rewards.append(reward)
+        log_probs = torch.cat(log_probs).detach()
+        ppo_update(model, optimizer, log_probs, torch.tensor(rewards))
 """, ("log_probs.append(dist.log_prob(action))",)),
         # A helper's list left to its default, a module-level list: that list grows.
         Invalid("""
