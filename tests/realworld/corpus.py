@@ -317,6 +317,8 @@ def read_labels(path: Path) -> list[Label]:
             raise CorpusError(f"{path.name}:{n}: line {row['line']!r} is not a number") from None
         label = Label(**{**{c: (row[c] or "").strip() for c in COLUMNS}, "line": line})
         problems = []
+        if row.get(None):  # csv puts what is past the last column here: a note's unquoted comma
+            problems.append("more fields than columns (quote a note that holds a comma)")
         if not RULE_CODE.match(label.rule):
             problems.append(f"rule {label.rule!r}")
         if label.label not in LABELS:
