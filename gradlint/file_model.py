@@ -1110,6 +1110,13 @@ class FileModel:
         return frozenset(name for name, function in self.functions.items()
                          if any(self._triton(alias) for alias in self.prescan(function).atomic_sums))
 
+    def kernel_writes(self, function: cst.FunctionDef) -> frozenset[str]:
+        """The parameters a Triton kernel of this file writes through (`tl.store(q_ptr + offs,
+        v)`, an atomic): launching it changes the tensors passed there in place."""
+        params = {p.name.value for p in all_params(function)}
+        return frozenset(base for alias, base in self.prescan(function).pointer_writes
+                         if base in params and self._triton(alias))
+
     def imported_atomic_kernel(self, name: str) -> str | None:
         """Where the Triton kernel this file imports as `name` is defined (`ops/kernels.py:12`),
         when it adds floats atomically there as `atomic_kernels` reads a kernel of the file; None

@@ -173,7 +173,7 @@ class _ForwardScan:
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT", "H", "mH"):
             return self.root(expr.value, live)
         if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-                and expr.func.attr.value in api.ALWAYS_VIEW_METHODS:
+                and expr.func.attr.value in api.ALWAYS_VIEW_METHODS | api.SELF_WHEN_NOTHING_TO_DO:
             return self.root(expr.func.value, live)
         return None
 
@@ -252,6 +252,26 @@ class _ForwardScan:
         for param, via in self.written(call, live):
             self.mutations.append(_Mutation(call, param, via, "call"))
         self.helper_writes(call, live)
+        self.kernel_writes(call, live)
+
+    def kernel_writes(self, call: cst.Call, live: dict[str, str]) -> None:
+        """An input handed to a Triton kernel of the file that writes through that pointer
+        (`_rope_kernel[grid](q, ...)` with `tl.store(q_ptr + offs, v)`): the launch changes it in
+        place (liger's M-RoPE rotates `q.transpose(1, 2).contiguous()`, q itself when contiguous)."""
+        func = call.func
+        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name)) \
+                or any(arg.star for arg in call.args):
+            return
+        kernel = self.model.functions.get(func.value.value)
+        written = self.model.kernel_writes(kernel) if kernel is not None else frozenset()
+        if not written:
+            return
+        param_of = {id(arg): param for param, arg in arguments_by_param(kernel, call.args).items()}
+        for arg in call.args:
+            found = self.root(arg.value, live) if param_of.get(id(arg)) in written else None
+            if found is not None:
+                self.mutations.append(_Mutation(call, found[0], found[1], "call",
+                                                f"the Triton kernel {func.value.value}"))
 
     def helper_writes(self, call: cst.Call, live: dict[str, str]) -> None:
         """An input handed to a def that changes that parameter in place: a def nested in forward,

@@ -133,6 +133,9 @@ class Prescan:
         self._loaded: set[str] = set()  # `mask = tl.load(p).to(tl.int1)`: a value read at run time
         self._bound_otherwise: set[str] = set()  # names also bound some other way
         self.atomic_sums: set[str] = set()  # module aliases of `<alias>.atomic_add(ptr, value)` calls
+        # `tl.store(q_ptr + offs, v)`, `tl.atomic_add(...)`: (module alias, name) of a pointer the
+        # kernel writes through, under an `if` or not (a branch that may run writes too).
+        self.pointer_writes: set[tuple[str, str]] = set()
         self.root = root
         self._loops: list[cst.CSTNode] = []
         self._ifs = 0
@@ -358,6 +361,8 @@ class Prescan:
             base = _pointer_base(node.args[0].value)
             # Under an `if` (`if USE_BLOCK_COUNTS: tl.load(block_counts + i)`) the launch may pass
             # an int instead: only an unconditional load says the argument is a tensor.
+            if base is not None and func.attr.value in _POINTER_WRITES:
+                self.pointer_writes.add((dotted(func.value) or "", base))
             if base is not None and not self._ifs:
                 self.pointer_uses.add((dotted(func.value) or "", base))
             elif base is not None:
@@ -497,6 +502,9 @@ def _text(node: cst.CSTNode) -> str:
 # Triton's functions whose first argument is a pointer (a tensor at the launch).
 _POINTER_FUNCTIONS = frozenset({"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
                                 "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "make_block_ptr"})
+# Of those, the ones that write where the pointer points.
+_POINTER_WRITES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
+                             "atomic_and", "atomic_or", "atomic_xor"})
 
 
 # Who runs backward for the caller: accelerate, Fabric, DeepSpeed's engine, Lightning's strategy.

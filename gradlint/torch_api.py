@@ -345,6 +345,9 @@ ALWAYS_VIEW_METHODS = frozenset({
     "view", "view_as", "detach", "t", "transpose", "permute", "narrow", "select", "unsqueeze", "squeeze",
     "unflatten", "diagonal", "movedim", "swapaxes", "swapdims", "as_strided", "unfold",
 })
+# Methods that give back the tensor itself when there is nothing to do (`x.contiguous()` of a
+# contiguous x is x): what is written through the result may be written into x.
+SELF_WHEN_NOTHING_TO_DO = frozenset({"contiguous"})
 SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})
 
 

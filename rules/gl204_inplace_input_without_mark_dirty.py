@@ -18,7 +18,9 @@ class InplaceInputWithoutMarkDirty(Rule):
 ## What it does
 Flags an in-place change to a forward input of an autograd Function (`x.add_(...)`, any in-place
 tensor method, `x[...] = v`, `x += v`, `torch.relu_(x)`, `F.relu(x, inplace=True)`,
-`torch.add(a, b, out=x)`, also through an alias or a view such as `x[:, :3]` or `x.view(-1)`)
+`torch.add(a, b, out=x)`, a Triton kernel of the file launched on it that stores through that
+pointer (`tl.store(x_ptr + offs, v)`), also through an alias or a view such as `x[:, :3]`,
+`x.view(-1)` or `x.contiguous()`, which is `x` itself when `x` is contiguous already)
 when forward does not call `ctx.mark_dirty(x)` (for a `setup_context`-style Function: when
 `setup_context` does not). The change may be made by a def forward hands the input to (nested in
 forward, of the same file, or imported from another module of the project, followed three calls
@@ -121,7 +123,7 @@ class Centered(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xyz, training):
         if training:
-            xyz = xyz.contiguous()
+            xyz = xyz.clone()
         xyz.sub_(xyz.mean(1, keepdim=True))
         steps = 0
         steps += 1
@@ -161,6 +163,42 @@ class Blend(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # `.contiguous()` of a contiguous tensor is the tensor itself: sub_ changes the input.
+        Invalid("""
+import torch
+class Centered(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xyz):
+        xyz = xyz.contiguous()
+        xyz.sub_(xyz.mean(1, keepdim=True))
+        return xyz
+    @staticmethod
+    def backward(ctx, g):
+        return g
+""", ("xyz.sub_(xyz.mean(1, keepdim=True))",)),
+        # A Triton kernel of the file stores through the pointer it is given (liger's M-RoPE).
+        Invalid("""
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def _rotate(q_ptr, cos_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    q = tl.load(q_ptr + offs, mask=offs < n)
+    tl.store(q_ptr + offs, q * tl.load(cos_ptr + offs), mask=offs < n)
+def rotate_forward(q, cos):
+    q = q.transpose(1, 2).contiguous()
+    _rotate[(1,)](q, cos, q.numel(), BLOCK=1024)
+    return q.transpose(1, 2)
+class Rotate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, cos):
+        ctx.save_for_backward(cos)
+        return rotate_forward(q, cos)
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+""", ("return rotate_forward(q, cos)",)),
         # A helper of the file changes the input it is handed.
         Invalid("""
 import torch
