@@ -1770,6 +1770,27 @@ def arguments_by_param(function: cst.FunctionDef, args: Iterable[cst.Arg]) -> di
     return found
 
 
+def block_leaves(statements) -> bool:
+    """Whether a block (a statement list, or a one-line suite's small statements) surely leaves
+    the def: it ends in a return or raise, or in an `if` each of whose branches, an else
+    included, does."""
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (cst.Return, cst.Raise)):
+        return True
+    if isinstance(last, cst.SimpleStatementLine):
+        return any(isinstance(small, (cst.Return, cst.Raise)) for small in last.body)
+    if isinstance(last, cst.If):
+        branch: cst.If | cst.Else | None = last
+        while isinstance(branch, cst.If):
+            if not block_leaves(branch.body.body):
+                return False
+            branch = branch.orelse
+        return branch is not None and block_leaves(branch.body.body)
+    return False
+
+
 def blocks_of(statement: cst.CSTNode) -> Iterator:
     """The statement lists nested in a compound statement (not functions or classes)."""
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.With)):

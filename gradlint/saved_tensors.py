@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradlint.file_model import FileModel, bindings_of, blocks_of, leading_params
+from gradlint.file_model import FileModel, bindings_of, block_leaves, blocks_of, leading_params
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, SavedForBackward, Walk
 from gradlint.rewrites import code
 from gradlint.values import Kind, Val
@@ -29,7 +29,8 @@ class RepeatedSave:
 
 def repeated_saves(model: FileModel) -> list[RepeatedSave]:
     """The repeated saves of each Function's ctx-style forward and setup_context, in source order.
-    Branches of one `if` are alternatives: each starts from what came before the `if`."""
+    Branches of one `if` are alternatives: each starts from what came before the `if`, and one
+    that returns or raises leaves its save behind."""
     found = []
     for function in model.function_classes:
         for method in (function.forward if function.style == "ctx" else None, function.setup_context):
@@ -71,7 +72,9 @@ def _repeated_saves(block, ctx: str, saved_before: bool) -> tuple[list[cst.Call]
             for branch in blocks_of(statement):
                 inner, did = _repeated_saves(branch, ctx, saved)
                 repeats.extend(inner)
-                branch_saved = branch_saved or did
+                # A branch that returns (liger's DTensor path saves, then returns its own output)
+                # runs none of what follows the `if`.
+                branch_saved = branch_saved or (did and not block_leaves(branch))
             saved = saved or branch_saved
         elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             for inner_block in blocks_of(statement):

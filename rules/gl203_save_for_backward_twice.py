@@ -17,7 +17,8 @@ class SaveForBackwardTwice(Rule):
     doc = """
 ## What it does
 Flags a second `ctx.save_for_backward(...)` call that can run after a first one in the same
-`forward` or `setup_context`. Calls in the two branches of one `if` are alternatives, not repeats.
+`forward` or `setup_context`. Calls in the two branches of one `if` are alternatives, not repeats,
+and so is a call in a branch that returns (or raises) and one after the `if`.
 
 ## Why is this bad?
 Measured on torch 2.13: each call replaces what the previous one saved. `saved_tensors` then holds
@@ -45,6 +46,18 @@ class Pick(torch.autograd.Function):
         else:
             ctx.save_for_backward(index)
         return x[index]
+""",
+        # An early return (liger's DTensor path): its save is the only one on that path.
+        """
+import torch
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, local):
+        if local:
+            ctx.save_for_backward(x.to_local(), w)
+            return x.to_local() * w
+        ctx.save_for_backward(x, w)
+        return x * w
 """,
     )
     INVALID = (
