@@ -51,7 +51,7 @@ def retained_last_backwards(model: FileModel) -> list[RetainedBackward]:
             continue
         step = step_loop(site, sites)
         later = (s for s in sites[index + 1:] if s.function is site.function and (step is None or step in s.loops))
-        if any(_backward(model, s.call) for s in later):
+        if any(_backward(model, s.call) or _runs_backward(s.call) for s in later):
             continue
         found.append(RetainedBackward(site.call, _carried_state(site)))
     return found
@@ -61,6 +61,13 @@ def _backward(model: FileModel, call: cst.Call) -> bool:
     if method_name(call) == "backward":
         return True
     return model.imports.qualify(call.func) in _GRAD_CALLS
+
+
+def _runs_backward(call: cst.Call) -> bool:
+    """A call given `retain_graph=`, whatever it is named, runs a backward: only APIs that do
+    take the keyword (tianshou's optimizer wrapper, `self.critic_optim.step(critic1_loss,
+    retain_graph=True)`, backwards the loss it is given)."""
+    return keyword(call, "retain_graph") is not None
 
 
 def _retains(model: FileModel, call: cst.Call) -> bool:

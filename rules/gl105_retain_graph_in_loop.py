@@ -19,7 +19,8 @@ class RetainGraphInLoop(Rule):
 Flags `backward(retain_graph=True)` (and `torch.autograd.backward`/`grad` with it) once per
 training step (in a loop or function that also calls `optimizer.step()`, or in a loop over a
 loader, dataset or epochs) when it is the step's last backward: no later backward in the same
-loop body or function frees the graph. A loop over a model's outputs inside one step is not a
+loop body or function frees the graph (a call given `retain_graph=`, whatever its name, runs one:
+tianshou's `critic_optim.step(loss, retain_graph=True)`). A loop over a model's outputs inside one step is not a
 training loop, nor is a saliency map or Grad-CAM that clears the model's gradients
 (`model.zero_grad()`) before its backward: it steps no optimizer.
 
@@ -52,6 +53,17 @@ for x, y in loader:
 ```
 """
     VALID = (
+        # tianshou's CQL: the optimizer wrapper given `retain_graph=` runs the later backwards.
+        """
+def learn(self, batches):
+    for batch in batches:
+        alpha_loss = self.alpha_loss(batch)
+        self.alpha_optim.zero_grad()
+        alpha_loss.backward(retain_graph=True)
+        self.alpha_optim.step()
+        self.critic_optim.step(self.critic_loss(batch) + alpha_loss, retain_graph=True)
+        self.critic2_optim.step(self.critic2_loss(batch))
+""",
         # Per-task gradient norms in a loop over the step's losses, then the step's backward.
         """
 import torch
