@@ -164,11 +164,24 @@ def _reset_in_step(walk, event, is_reset, target: str) -> tuple[cst.CSTNode | No
         tests = _tests_around(body, other.where.node)
         if tests is None or any(_initialises(test, target) for test in tests):
             continue
-        if not tests and any(isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body for s in body) \
-                and not any(may_leave_the_iteration(s) for s in body):
+        reset_at = next((i for i, s in enumerate(body)
+                         if isinstance(s, cst.SimpleStatementLine) and other.where.node in s.body), None)
+        # A reset before the update (`self.loss = self._make_empty_loss()` then `self.loss +=
+        # ...`, avalanche) runs on every path that reaches it, whatever ends an iteration early;
+        # one after it is skipped by a `continue` in between.
+        if not tests and reset_at is not None and (
+                reset_at < _index_of(body, event.where.node) or not any(may_leave_the_iteration(s) for s in body)):
             return other.where.node, True
         found = found or other.where.node
     return found, False
+
+
+def _index_of(statements, node: cst.CSTNode) -> int:
+    """The index of the statement that holds `node` (len(statements) when none does)."""
+    for index, statement in enumerate(statements):
+        if any(inner is node for inner in descendants(statement)):
+            return index
+    return len(statements)
 
 
 def _tests_around(statements, node, tests: tuple = ()) -> list | None:

@@ -152,6 +152,22 @@ code; otherwise the finding stays, without a fix:
 - Never in a Module's forward or a method it runs.
 """
     VALID = (
+        # avalanche's training epoch: the total is made anew before it is added to, every step;
+        # the `break` that may end an iteration first skips the addition too.
+        """
+import torch
+class Strategy:
+    def training_epoch(self):
+        for self.mbatch in self.dataloader:
+            if self._stop_training:
+                break
+            self.optimizer.zero_grad()
+            self.loss = torch.zeros(())
+            self.mb_output = self.model(self.mbatch)
+            self.loss += self.criterion(self.mb_output)
+            self.loss.backward()
+            self.optimizer.step()
+""",
         # PyG: a forward rewrites its batch's features; the loader gives a new batch every step.
         """
 import torch
