@@ -1685,7 +1685,8 @@ class Walker:
             return Val(Kind.CONTAINER, item=view(receiver))
         if method in api.VIEW_METHODS and not (method == "to" and int64 != receiver.int64):
             return view(receiver, may_copy=method in api.MAYBE_COPY_METHODS, int64=int64)
-        return tensor(receiver, *positional, *(v for _, v in keywords.values()), int64=int64)
+        return tensor(receiver, *positional, *(v for _, v in keywords.values()), int64=int64,
+                      keep_graph=method not in api.GRAPH_FREE_OPS)
 
     def _imported(self, expr: cst.BaseExpression) -> bool:
         """`math`, `np.linalg`, `torch.ops.mylib`: a name the file's imports bind, or an attribute of one."""
@@ -1759,7 +1760,8 @@ class Walker:
             int64 = False
         if name in api.LIKE_FUNCTIONS:
             return _new_tensor(int64, keywords)
-        return tensor(*sources, int64=int64).with_(one_element=_reduces_fully(name, args, positional, keywords))
+        return tensor(*sources, int64=int64, keep_graph=name.rsplit(".", 1)[-1] not in api.GRAPH_FREE_OPS) \
+            .with_(one_element=_reduces_fully(name, args, positional, keywords))
 
     def _follow(self, function: cst.FunctionDef, call: cst.Call, args) -> None:
         """Walk a helper or closure that receives ctx, with its parameters bound to the

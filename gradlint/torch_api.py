@@ -109,6 +109,15 @@ INT64_FUNCTIONS = frozenset({
     "torch.randperm", "torch.searchsorted", "torch.bucketize", "torch.LongTensor",
     "torch.randint_like",
 })
+# Ops whose result never requires grad, whatever they are given (torch 2.13: the result of each,
+# as a torch function and as a tensor method, on a tensor that requires grad, has requires_grad
+# False; tests/test_torch_api.py measures them again): counts, comparisons and tests. What is
+# computed from them carries no graph (MONAI's VQ perplexity, from torch.histc of the codes).
+GRAPH_FREE_OPS = frozenset({
+    "histc", "bincount", "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "searchsorted",
+    "bucketize", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isfinite", "isclose", "signbit",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+})
 INDEX_PAIR_FUNCTIONS = frozenset(f"torch.{m}" for m in INDEX_PAIR_METHODS)
 SPLITTING_FUNCTIONS = frozenset({
     "torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid",
@@ -355,8 +364,10 @@ SAVED_TENSORS_HOOKS = frozenset({"torch.autograd.graph.saved_tensors_hooks"})
 # Methods only an nn.Module has: their receiver is a module (`optim.Adam(netG.parameters())`).
 MODULE_ONLY_METHODS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children",
                                  "named_children", "buffers", "named_buffers"})
-# `iterator` and `episodes` are what torchtext's seq2seq tutorials and RL loops iterate.
-TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|batches|iterator|episodes", re.IGNORECASE)
+# `iterator` and `episodes` are what torchtext's seq2seq tutorials and RL loops iterate. Not
+# micro-batches: they are one step's parts, whose losses one step backwards (pipeline schedules,
+# gradient accumulation: `for mb in range(args.microbatches)`).
+TRAINING_ITERABLE = re.compile(r"loader|dataset|epoch|(?<!micro)(?<!micro_)batches|iterator|episodes", re.IGNORECASE)
 # Calls that make the loop around them a training loop.
 STEP_METHODS = frozenset({"backward", "step", "zero_grad"})
 # `env.step(action)` advances a simulator, not an optimizer: a rollout loop is inside one update.

@@ -335,6 +335,17 @@ def a2c(model, envs, optimizer, num_steps, updates):
         loss.backward()
         optimizer.step()
 """,
+        # A pipeline stage's micro-batches: one step's parts, backwarded within the step.
+        """
+import torch
+def run_step(module, images, optimizer, args):
+    optimizer.zero_grad()
+    outputs = []
+    for microbatch in range(args.microbatches):
+        outputs.append(module(images.chunk(args.microbatches)[microbatch]))
+    torch.cat(outputs).sum().backward()
+    optimizer.step()
+""",
         # The same A2C at a script's top level (spikingjelly's examples): read as a def is.
         """
 import torch

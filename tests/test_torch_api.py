@@ -52,6 +52,23 @@ def test_keepdim_is_a_keyword_of_tensor_methods_only():
     assert api.TENSOR_PROOF_KEYWORDS == {"keepdim"}
 
 
+def test_graph_free_ops_give_results_that_never_require_grad():
+    x = torch.randn(8, requires_grad=True)
+    y = torch.randn(8, requires_grad=True)
+    counts = (x.detach() * 0).long()
+    boundaries = torch.sort(x.detach())[0]
+    given = {"bincount": (counts,), "searchsorted": (boundaries, y), "bucketize": (y, boundaries)}
+    for name in api.GRAPH_FREE_OPS:
+        args = given.get(name, (x, y) if name in ("eq", "ne", "lt", "le", "gt", "ge", "isclose", "logical_and",
+                                                  "logical_or", "logical_xor") else (x,))
+        assert not getattr(torch, name)(*args).requires_grad, name
+        if hasattr(torch.Tensor, name):
+            assert not getattr(args[0], name)(*args[1:]).requires_grad, name
+    # What the table leaves out does carry a graph: rounding, a sign, unique values.
+    for name in ("round", "sign", "floor", "unique"):
+        assert getattr(torch, name)(x).requires_grad, name
+
+
 def test_a_process_group_has_size_so_size_proves_nothing():
     from torch._C._distributed_c10d import ProcessGroup
 
