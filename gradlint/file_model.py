@@ -1475,7 +1475,12 @@ class FileModel:
         name called on any object counts as a caller (`called_names`), and so does the module's
         top level, which is off only inside such a `with`: both can only keep a method out."""
         off: set[int] = set()
-        methods: dict[str, list[cst.FunctionDef]] = {}  # methods of the file's classes, by name
+        # The file's top-level defs and its classes' methods, by name: a def only `with
+        # torch.no_grad():` code of the file calls (torchao's get_batched_output, a batched
+        # inference helper) runs with grad off as such a method does.
+        methods: dict[str, list[cst.FunctionDef]] = {}
+        for name, function in self.functions.items():
+            methods.setdefault(name, []).append(function)
         for info in self._top_classes_by_name.values():
             grad_off = self.framework_methods(info, api.GRAD_OFF_METHODS)
             for name, method in info.methods.items():
