@@ -376,6 +376,16 @@ def _fresh_names(statements, read: set[str] | None = None, leaving: bool = False
                     fresh.update(target_names(item.asname.name))
         elif isinstance(statement, (cst.Try, cst.TryStar)):
             fresh |= _fresh_names(statement.body.body, read, True, names)
+        elif isinstance(statement, cst.If):
+            # Bound anew on every branch, an else included: spikingjelly's `out_fr = 0.0` both
+            # under `with amp.autocast():` and without it.
+            branches, branch = [], statement
+            while isinstance(branch, cst.If):
+                branches.append(branch.body.body)
+                branch = branch.orelse
+            if branch is not None:
+                branches.append(branch.body.body)
+                fresh |= set.intersection(*(_fresh_names(b, set(read), leaving, names) for b in branches))
         read.update(names(statement))
         leaving = leaving or may_leave_the_iteration(statement)
     return fresh

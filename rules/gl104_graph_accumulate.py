@@ -168,6 +168,28 @@ class Strategy:
             self.loss.backward()
             self.optimizer.step()
 """,
+        # spikingjelly's MNIST example: the firing-rate sum is made anew every batch on both
+        # branches (with and without autocast) and summed over time steps within the batch.
+        """
+import torch
+def train(net, encoder, loader, optimizer, T, scaler=None):
+    for img, label in loader:
+        optimizer.zero_grad()
+        if scaler is not None:
+            with torch.autocast("cuda"):
+                out_fr = 0.0
+                for t in range(T):
+                    out_fr += net(encoder(img))
+                loss = torch.nn.functional.mse_loss(out_fr / T, label)
+            scaler.scale(loss).backward()
+        else:
+            out_fr = 0.0
+            for t in range(T):
+                out_fr += net(encoder(img))
+            loss = torch.nn.functional.mse_loss(out_fr / T, label)
+            loss.backward()
+        optimizer.step()
+""",
         # PyG: a forward rewrites its batch's features; the loader gives a new batch every step.
         """
 import torch
