@@ -307,8 +307,9 @@ class Walk:
         for event in self.events:
             if event is before:
                 return False
-            if isinstance(event, AttributeStore) and not event.augmented and event.where.depth == 0 \
-                    and (event.owner_name, event.attribute) == (owner, attribute) and target not in event.value.reads:
+            if isinstance(event, AttributeStore) and not event.augmented \
+                    and (event.owner_name, event.attribute) == (owner, attribute) and target not in event.value.reads \
+                    and (event.where.depth == 0 or _precedes_in_a_block(self.function, event.where.node, before.where.node)):
                 return True
         return False
 
@@ -404,6 +405,36 @@ def _join(before: dict[str, Val], body: dict[str, Val], orelse: dict[str, Val]) 
         elif value is not old and value is not other:
             joined[name] = either(value, other)
     return joined
+
+
+def _precedes_in_a_block(function: cst.FunctionDef | cst.Module, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether `first` and `second` (statements, or the small statements of a line) are in one
+    block of the function, `first` earlier: every path that reaches `second` ran `first`
+    (avalanche's `else: self.res = {}; self.res["logits"] = ...`)."""
+    todo = [function.body.body if isinstance(function, cst.FunctionDef) else function.body]
+    while todo:
+        block = todo.pop()
+        at: dict[int, int] = {}
+        for index, statement in enumerate(block):
+            for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
+                at[id(small)] = index
+            at[id(statement)] = index
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                part = getattr(statement, field, None)
+                while isinstance(part, cst.If):  # an elif chain
+                    todo.append(part.body.body)
+                    part = part.orelse
+                if isinstance(part, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                    todo.append(part.body)
+                elif part is not None and isinstance(getattr(part, "body", None), (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                    todo.append(part.body.body)  # else:, finally:
+            for handler in getattr(statement, "handlers", ()):
+                todo.append(handler.body.body)
+        if id(first) in at and id(second) in at:
+            return at[id(first)] < at[id(second)]
+    return False
 
 
 def may_leave_the_iteration(statement: cst.CSTNode) -> bool:

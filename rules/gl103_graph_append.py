@@ -335,6 +335,23 @@ def a2c(model, envs, optimizer, num_steps, updates):
         loss.backward()
         optimizer.step()
 """,
+        # avalanche's L2P: the dict is made anew on its branch just before it is filled.
+        """
+import torch
+class Strategy:
+    def forward(self):
+        if self.use_vit:
+            self.res = self.model(x=self.mb_x)
+        else:
+            self.res = {}
+            self.res["logits"] = self.model(x=self.mb_x)
+        return self.res["logits"]
+    def train(self):
+        for self.mb_x, y in self.loader:
+            loss = torch.nn.functional.cross_entropy(self.forward(), y)
+            loss.backward()
+            self.optimizer.step()
+""",
         # A pipeline stage's micro-batches: one step's parts, backwarded within the step.
         """
 import torch
