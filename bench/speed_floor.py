@@ -116,9 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="the first N files only, sorted")
     args = parser.parse_args(argv)
     corpus = (args.corpus or default_corpus()).resolve()
+    if not corpus.is_dir():
+        parser.error(f"--corpus {corpus} is not a directory")
+    files = collect(corpus, args.limit)
+    if not files:
+        parser.error(f"no .py files under {corpus}")
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     with tempfile.TemporaryDirectory(prefix="gradlint-floor-") as tmp:
-        target = materialize(corpus, collect(corpus, args.limit), Path(tmp) / corpus.name)
+        target = materialize(corpus, files, Path(tmp) / corpus.name)
         paths = sorted(str(p) for p in target.rglob("*.py"))
         sources = {p: Path(p).read_text(encoding="utf-8", errors="replace") for p in paths}
         total, analysed = whole_run(paths)

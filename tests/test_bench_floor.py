@@ -24,3 +24,10 @@ def test_speed_floor_reports_its_parts_on_a_small_corpus(tmp_path):
     assert "-> 3 .py files" in done.stdout
     assert "libcst parse of the 1 files analysed" in done.stdout
     assert "CPython parse of all 3 files" in done.stdout
+
+
+def test_speed_floor_refuses_a_corpus_it_cannot_read(tmp_path):
+    for corpus, said in ((tmp_path / "missing", "is not a directory"), (tmp_path, "no .py files under")):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / "speed_floor.py"), "--corpus", str(corpus)],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
