@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradlint.file_model import FileModel, blocks_of
+from gradlint.file_model import FileModel
 from gradlint.flow import AttributeStore, KeptElsewhere, NameStore, may_leave_the_iteration
 from gradlint.graph_containers import KeptInstead
 from gradlint.lifetimes import forward_input, holder_name, later_use, outlives_step, runs_in_forward
-from gradlint.prescan import descendants
+from gradlint.prescan import blocks_of, descendants
 from gradlint.rewrites import code, kept_value
 from gradlint.trained_buffers import container_key
 

@@ -21,7 +21,7 @@ from gradlint.flow import (_SCALAR_LIKE, _loop_info, _names_in, AttributeStore, 
                            looks_like_module, walk_called)
 from gradlint.call_sites import CallSite, collect_call_sites, in_training_step, runs_a_training_loop
 from gradlint.trained_buffers import Facts as BufferFacts, trained_and_emptied
-from gradlint.prescan import Prescan, child_nodes
+from gradlint.prescan import Prescan, blocks_of, child_nodes
 from gradlint.native_sources import NativeSum
 from gradlint.project import Project, module_name_of
 from gradlint.names import ImportTable, code, dotted
@@ -1478,13 +1478,13 @@ class FileModel:
         # The file's top-level defs and its classes' methods, by name: a def only `with
         # torch.no_grad():` code of the file calls (torchao's get_batched_output, a batched
         # inference helper) runs with grad off as such a method does.
-        methods: dict[str, list[cst.FunctionDef]] = {}
+        defs: dict[str, list[cst.FunctionDef]] = {}
         for name, function in self.functions.items():
-            methods.setdefault(name, []).append(function)
+            defs.setdefault(name, []).append(function)
         for info in self._top_classes_by_name.values():
             grad_off = self.framework_methods(info, api.GRAD_OFF_METHODS)
             for name, method in info.methods.items():
-                methods.setdefault(name, []).append(method)
+                defs.setdefault(name, []).append(method)
                 if name in grad_off:
                     off.add(id(method))
         callers: dict[str, list[int]] = {}
@@ -1493,9 +1493,9 @@ class FileModel:
         for function, _, _ in self._all_functions:
             if self.decorated_no_grad(function):
                 off.add(id(function))
-            for called, grad_on in self._calls_of(self.prescan(function), methods.keys() - {function.name.value}):
+            for called, grad_on in self._calls_of(self.prescan(function), defs.keys() - {function.name.value}):
                 callers.setdefault(called, []).append(id(function) if grad_on else _OFF_BLOCK)
-        for called, grad_on in self._calls_of(self.prescan(self.module), methods.keys()):
+        for called, grad_on in self._calls_of(self.prescan(self.module), defs.keys()):
             callers.setdefault(called, []).append(id(self.module) if grad_on else _OFF_BLOCK)
         result: set[int] = set()
         changed = True
@@ -1503,7 +1503,7 @@ class FileModel:
             changed = False
             for name, calling in callers.items():
                 if all(c in off for c in calling):
-                    for method in methods[name]:
+                    for method in defs[name]:
                         if id(method) not in off:
                             off.add(id(method))
                             result.add(id(method))
@@ -1775,56 +1775,9 @@ def arguments_by_param(function: cst.FunctionDef, args: Iterable[cst.Arg]) -> di
     return found
 
 
-def block_leaves(statements) -> bool:
-    """Whether a block (a statement list, or a one-line suite's small statements) surely leaves
-    the def: it ends in a return or raise, or in an `if` each of whose branches, an else
-    included, does."""
-    if not statements:
-        return False
-    last = statements[-1]
-    if isinstance(last, (cst.Return, cst.Raise)):
-        return True
-    if isinstance(last, cst.SimpleStatementLine):
-        return any(isinstance(small, (cst.Return, cst.Raise)) for small in last.body)
-    if isinstance(last, cst.If):
-        branch: cst.If | cst.Else | None = last
-        while isinstance(branch, cst.If):
-            if not block_leaves(branch.body.body):
-                return False
-            branch = branch.orelse
-        return branch is not None and block_leaves(branch.body.body)
-    return False
-
-
-def blocks_of(statement: cst.CSTNode) -> Iterator:
-    """The statement lists nested in a compound statement (not functions or classes)."""
-    if isinstance(statement, (cst.If, cst.For, cst.While, cst.With)):
-        yield statement.body.body
-        orelse = getattr(statement, "orelse", None)
-        while orelse is not None:
-            if isinstance(orelse, cst.If):
-                yield orelse.body.body
-                orelse = orelse.orelse
-            else:
-                yield orelse.body.body
-                orelse = None
-    elif isinstance(statement, (cst.Try, cst.TryStar)):
-        yield statement.body.body
-        for handler in statement.handlers:
-            yield handler.body.body
-        if statement.orelse is not None:
-            yield statement.orelse.body.body
-        if statement.finalbody is not None:
-            yield statement.finalbody.body.body
-    elif isinstance(statement, cst.Match):
-        for case in statement.cases:
-            yield case.body.body
-
-
 # The statement walks below recurse through module-level functions, never through a closure that
 # calls itself: such a closure is a reference cycle, and it would keep the tree it walked alive
 # until the cyclic collector ran (tests/test_reference_cycles.py checks that a lint leaves none).
-
 def returns_in(function: cst.FunctionDef) -> Iterator[cst.Return]:
     """The function's own return statements that can run (nested functions excluded, and any
     statement after a return, raise, continue or break of its own block: dead code)."""

@@ -20,7 +20,7 @@ import libcst as cst
 from gradlint import torch_api as api
 from gradlint.annotations import annotated_value, isinstance_test, narrowed
 from gradlint.names import ImportTable, code, dotted
-from gradlint.prescan import Prescan, child_nodes, descendants, target_names
+from gradlint.prescan import Prescan, blocks_of, child_nodes, descendants, target_names
 from gradlint.values import NONE, SCALAR, UNKNOWN, Kind, Val, combine, either, merge, new_binding, tensor, view
 
 
@@ -416,22 +416,11 @@ def _precedes_in_a_block(function: cst.FunctionDef | cst.Module, first: cst.CSTN
         block = todo.pop()
         at: dict[int, int] = {}
         for index, statement in enumerate(block):
-            for small in getattr(statement, "body", ()) if isinstance(statement, cst.SimpleStatementLine) else ():
-                at[id(small)] = index
             at[id(statement)] = index
-            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                part = getattr(statement, field, None)
-                while isinstance(part, cst.If):  # an elif chain
-                    todo.append(part.body.body)
-                    part = part.orelse
-                if isinstance(part, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-                    todo.append(part.body)
-                elif part is not None and isinstance(getattr(part, "body", None), (cst.IndentedBlock, cst.SimpleStatementSuite)):
-                    todo.append(part.body.body)  # else:, finally:
-            for handler in getattr(statement, "handlers", ()):
-                todo.append(handler.body.body)
+            if isinstance(statement, cst.SimpleStatementLine):
+                at.update((id(small), index) for small in statement.body)
+            elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                todo.extend(blocks_of(statement))
         if id(first) in at and id(second) in at:
             return at[id(first)] < at[id(second)]
     return False
@@ -1669,7 +1658,7 @@ class Walker:
             if owner in self.model.function_class_names:
                 return self._applied(e, owner, args, positional)
         if receiver.kind is Kind.UNKNOWN and api.proves_a_tensor(
-                method, bool(args), frozenset(a.keyword.value for a, _ in args if a.keyword is not None)) \
+                method, bool(args), (a.keyword.value for a, _ in args if a.keyword is not None)) \
                 and not self._imported(e.func.value):
             # `w.t()`, `x.contiguous()`: only a tensor has the method, so it is one, and so is the
             # result (`math.sqrt(d)` is a module's function, not a tensor's method)

@@ -17,8 +17,8 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.call_sites import is_true, keyword
-from gradlint.file_model import AutogradFunction, FileModel, all_params, arguments_by_param, blocks_of, leading_params, returns_in
-from gradlint.prescan import child_nodes, target_names
+from gradlint.file_model import AutogradFunction, FileModel, all_params, arguments_by_param, leading_params, returns_in
+from gradlint.prescan import blocks_of, child_nodes, target_names
 from gradlint.values import Kind
 
 

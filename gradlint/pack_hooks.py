@@ -15,9 +15,9 @@ import libcst as cst
 
 from gradlint import torch_api as api
 from gradlint.call_sites import CallSite, keyword
-from gradlint.file_model import FileModel, blocks_of
+from gradlint.file_model import FileModel
 from gradlint.names import dotted
-from gradlint.prescan import child_nodes, target_names
+from gradlint.prescan import blocks_of, child_nodes, target_names
 
 
 @dataclass(frozen=True)

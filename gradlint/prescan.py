@@ -388,7 +388,7 @@ class Prescan:
             # `edge_index[0].contiguous()`: a tensor, or a container of tensors; either way what
             # is kept of it (on ctx) is tensors.
             indexed = _indexed_name(func.value)
-            keywords = frozenset(a.keyword.value for a in node.args if a.keyword is not None)
+            keywords = (a.keyword.value for a in node.args if a.keyword is not None)
             proof = api.proves_a_tensor(method, bool(node.args), keywords) or (method == "to" and self._integer_dtype(node))
             if indexed is not None and indexed not in self.imported and proof:
                 self.item_uses.add(indexed)
@@ -557,6 +557,52 @@ def _int64_tested(test: cst.BaseExpression, equal: bool) -> set[str]:
                 and name.startswith(("torch.", "th.")) and name.rsplit(".", 1)[-1] in ("int64", "long"):
             return {subject.value.value}
     return set()
+
+
+def block_leaves(statements) -> bool:
+    """Whether a block (a statement list, or a one-line suite's small statements) surely leaves
+    the def: it ends in a return or raise, or in an `if` each of whose branches, an else
+    included, does."""
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (cst.Return, cst.Raise)):
+        return True
+    if isinstance(last, cst.SimpleStatementLine):
+        return any(isinstance(small, (cst.Return, cst.Raise)) for small in last.body)
+    if isinstance(last, cst.If):
+        branch: cst.If | cst.Else | None = last
+        while isinstance(branch, cst.If):
+            if not block_leaves(branch.body.body):
+                return False
+            branch = branch.orelse
+        return branch is not None and block_leaves(branch.body.body)
+    return False
+
+
+def blocks_of(statement: cst.CSTNode) -> Iterator:
+    """The statement lists nested in a compound statement (not functions or classes)."""
+    if isinstance(statement, (cst.If, cst.For, cst.While, cst.With)):
+        yield statement.body.body
+        orelse = getattr(statement, "orelse", None)
+        while orelse is not None:
+            if isinstance(orelse, cst.If):
+                yield orelse.body.body
+                orelse = orelse.orelse
+            else:
+                yield orelse.body.body
+                orelse = None
+    elif isinstance(statement, (cst.Try, cst.TryStar)):
+        yield statement.body.body
+        for handler in statement.handlers:
+            yield handler.body.body
+        if statement.orelse is not None:
+            yield statement.orelse.body.body
+        if statement.finalbody is not None:
+            yield statement.finalbody.body.body
+    elif isinstance(statement, cst.Match):
+        for case in statement.cases:
+            yield case.body.body
 
 
 def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradlint.file_model import FileModel, bindings_of, block_leaves, blocks_of, leading_params
+from gradlint.file_model import FileModel, bindings_of, leading_params
+from gradlint.prescan import block_leaves, blocks_of
 from gradlint.flow import AttributeStore, MarkedNonDifferentiable, SavedForBackward, Walk
 from gradlint.rewrites import code
 from gradlint.values import Kind, Val

@@ -6,6 +6,7 @@ Kept apart from the inference so that teaching gradlint a new op is a one-line c
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 FUNCTION_BASES = frozenset({
     "torch.autograd.Function",
@@ -325,10 +326,11 @@ PROOF_WITH_ARGUMENTS = frozenset({"size"})
 TENSOR_PROOF_KEYWORDS = frozenset({"keepdim"})
 
 
-def proves_a_tensor(method: str, has_arguments: bool, keywords: frozenset[str] = frozenset()) -> bool:
-    """Whether calling `method` (with these keyword arguments) on a name shows the name is a tensor."""
+def proves_a_tensor(method: str, has_arguments: bool, keywords: Iterable[str] = ()) -> bool:
+    """Whether calling `method` (with these keyword arguments) on a name shows the name is a
+    tensor. `keywords` is read only when the method proves nothing: callers pass a generator."""
     return method in TENSOR_PROOF_METHODS or (has_arguments and method in PROOF_WITH_ARGUMENTS) \
-        or not keywords.isdisjoint(TENSOR_PROOF_KEYWORDS)
+        or any(keyword in TENSOR_PROOF_KEYWORDS for keyword in keywords)
 
 
 # Functions that write their first argument in place; besides these, any torch.nn.functional call
