@@ -571,6 +571,11 @@ class FileModel:
         for statement in _calls_in(init):
             if isinstance(statement.func, cst.Attribute) and statement.func.attr.value in ("register_buffer", "register_parameter") \
                     and statement.args and isinstance(statement.args[0].value, cst.SimpleString):
+                if len(statement.args) > 1 and isinstance(statement.args[1].value, cst.Name) \
+                        and statement.args[1].value.value == "None":
+                    # `register_parameter("num_batches_tracked", None)` when stats are off registers
+                    # None: the tensor the other branch registers decides (speechbrain's norms)
+                    continue
                 buffer = str(statement.args[0].value.evaluated_value)
                 is_param = statement.func.attr.value == "register_parameter"
                 attributes[buffer] = Val(Kind.TENSOR, param=is_param)

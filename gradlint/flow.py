@@ -1589,8 +1589,11 @@ class Walker:
     def _module_method(self, method: str, positional: list[Val]) -> Val | None:
         """A method of a module whose def cannot be read: by its name, the model's own computation
         (`model.compute_loss(x, y)`, `model.encode(x)`), or None: `model.encoder(x)`, what the
-        attribute is decides."""
-        if method == "forward" or (positional and api.GRAPH_METHOD_NAME.search(method)):
+        attribute is decides. Not when every argument is a Python number or a shape: computing
+        from sizes alone (kornia's `self.forward_parameters(mask.shape)` draws random parameters)
+        is no computation on the step's inputs."""
+        if method == "forward" or (any(v.kind is not Kind.SCALAR for v in positional)
+                                   and api.GRAPH_METHOD_NAME.search(method)):
             return tensor(*positional, Val(graph=True)).with_(assumed=True)
         return None
 
@@ -1744,6 +1747,11 @@ class Walker:
 
     def _torch_call(self, name: str, args, positional, keywords) -> Val | None:
         if name in api.PARAMETER_CONSTRUCTORS:
+            # `nn.Parameter(k, requires_grad=False)` (tsai's fixed ROCKET kernels) is a registered
+            # tensor that nothing trains: what an op makes of it carries no graph (measured).
+            frozen = keywords.get("requires_grad")
+            if frozen is not None and isinstance(frozen[0], cst.Name) and frozen[0].value == "False":
+                return Val(Kind.TENSOR)
             return Val(Kind.TENSOR, param=True)
         if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
             if api.is_nn_module_class(name):

@@ -181,6 +181,47 @@ class Net(nn.Module):
             outs.append(x)
         return outs
 """,
+        # A parameter made with requires_grad=False (tsai's fixed ROCKET kernels) trains nothing:
+        # the convolution of the input with it carries no graph.
+        """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Rocket(nn.Module):
+    def __init__(self, kernels):
+        super().__init__()
+        self.kernels = nn.Parameter(kernels, requires_grad=False)
+    def forward(self, x):
+        C = F.conv1d(x, self.kernels)
+        self.biases = C.quantile(0.5, dim=-1)
+        return C
+""",
+        # Random parameters drawn from the input's shape alone (kornia's augmentations): a method
+        # named like the model's own computation, given no tensor, computes from no step's input.
+        """
+import torch.nn as nn
+class RandomMix(nn.Module):
+    def forward(self, x):
+        self._params = self.forward_parameters(x.shape)
+        return self.apply_mix(x, self._params)
+""",
+        # register_parameter(name, None) registers None: the counter is the int64 buffer the
+        # other branch registers (speechbrain's quaternion batch norm).
+        """
+import torch
+import torch.nn as nn
+class Norm(nn.Module):
+    def __init__(self, track_running_stats=True):
+        super().__init__()
+        if track_running_stats:
+            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        else:
+            self.register_parameter("num_batches_tracked", None)
+    def forward(self, x):
+        if self.num_batches_tracked is not None:
+            self.num_batches_tracked = self.num_batches_tracked + 1
+        return x
+""",
     )
     INVALID = (
         # A cache another method empties every round (speechbrain's attention, reset() per batch):
