@@ -1501,10 +1501,12 @@ class Walker:
             self._kept_elsewhere(e, kept, receiver_name,
                                  lambda: self.model.project.method_line(receiver.project_class, func.attr.value))
             return result
-        if receiver.module_class is not None:
-            found = self.model.method_of(receiver.module_class, func.attr.value)
-        elif receiver_name is not None and receiver_name == self.role.self_name and self.role.owner_class:
-            found = self.model.method_of(self.role.owner_class, func.attr.value)
+        if receiver.module_class is not None or (receiver_name is not None and receiver_name == self.role.self_name
+                                                 and self.role.owner_class):
+            owner = receiver.module_class or self.role.owner_class
+            found = self.model.method_of(owner, func.attr.value)
+            if found is None:  # a base of another project module defines it (kornia's forward_parameters)
+                return self._inherited_elsewhere(e, func, receiver_name, owner, args)
         elif self._is_super(func.value):
             # `super().training_step(batch, i)`: the base's method, run on this self (what it
             # returns and keeps on self are this call's)
@@ -1512,17 +1514,7 @@ class Walker:
             receiver_name = self.role.self_name
             receiver = self.env.get(receiver_name, receiver)
             if found is None:  # a base of another project module: walked there
-                kept = []
-                inherited = self.model.imported_inherited_method(self.role.owner_class, func.attr.value, args, kept)
-                if inherited is None:
-                    return None
-                result, base = inherited
-                line = partial(self.model.project.method_line, base, func.attr.value)
-                self._kept_elsewhere(e, kept, receiver_name, line)
-                if result.holds_graph():  # its graph is what the base's method returns: the message names it
-                    where = line()
-                    result = result.with_(origin=f"super().{func.attr.value}()" + (f" ({where})" if where else ""))
-                return result
+                return self._inherited_elsewhere(e, func, receiver_name, self.role.owner_class, args, "super().")
         else:
             return None
         if found is None:
@@ -1530,6 +1522,23 @@ class Walker:
         method, info = found
         return self.model.call_result(method, info, e, args, receiver, receiver_name,
                                       keep=self._kept_by(e, f"{info.node.name.value}.{func.attr.value}"))
+
+    def _inherited_elsewhere(self, e: cst.Call, func: cst.Attribute, receiver_name: str | None, owner: str,
+                             args, shown: str = "") -> Val | None:
+        """A method the class `owner` of this file inherits from a base of another project module,
+        walked there on this receiver (None: no such base defines it)."""
+        kept: list = []
+        inherited = self.model.imported_inherited_method(owner, func.attr.value, args, kept)
+        if inherited is None:
+            return None
+        result, base = inherited
+        line = partial(self.model.project.method_line, base, func.attr.value)
+        self._kept_elsewhere(e, kept, receiver_name, line)
+        if result.holds_graph():  # its graph is what the base's method returns: the message names it
+            where = line()
+            result = result.with_(origin=f"{shown or (receiver_name or '?') + '.'}{func.attr.value}()"
+                                  + (f" ({where})" if where else ""))
+        return result
 
     def _is_super(self, node: cst.BaseExpression) -> bool:
         """`super()` (or `super(Owner, self)`) in a method of a class of this file."""
