@@ -86,7 +86,8 @@ def graph_chained_totals(model: FileModel) -> list[ChainedTotal]:
                     continue  # GL102 owns a module's own attributes, in forward and what it calls
                 if forward_input(walk, event.owner_name):
                     continue  # `data.x = conv(data.x)`: the caller's batch, fresh every step
-                if walk.made_afresh(event.owner_name, event.attribute, event):
+                if walk.made_afresh(event.owner_name, event.attribute, event) \
+                        or walk.owner_made_afresh(event.owner_name, event):
                     continue  # rebound from scratch earlier in every call: no chain across calls
                 if event.owner_name == walk.role.self_name and walk.role.kind == "module_method" \
                         and not walk.for_caller and isinstance(walk.function, cst.FunctionDef) \

@@ -313,6 +313,24 @@ class Walk:
                 return True
         return False
 
+    def owner_made_afresh(self, owner: str, before: Event) -> bool:
+        """Whether every call binds the local `owner` to what a call returns before the event
+        (`output = self.model(**kwargs)`), in no training loop of the function: a new object each
+        call, so what its attributes hold chains nothing across calls (an auxiliary loss added
+        into the model output's own loss, `output.loss = output.loss + w * aux`, as peft's and
+        MoE models do)."""
+        if "." in owner or any(loop.is_step_loop for loop in before.where.loops):
+            return False
+        for event in self.events:
+            if event is before:
+                return False
+            if isinstance(event, NameStore) and event.name == owner and event.scope == "local" \
+                    and not event.augmented and not event.chained \
+                    and isinstance(event.where.node, cst.Assign) and isinstance(event.where.node.value, cst.Call) \
+                    and (event.where.depth == 0 or _precedes_in_a_block(self.function, event.where.node, before.where.node)):
+                return True
+        return False
+
     def removed_in_the_call(self, added: ContainerAdd) -> bool:
         """Whether what `added` stores by key is taken out again later in the same call, on every
         path from the store (same loops, in no branch of its own, no return between): DGL's
@@ -1419,6 +1437,15 @@ class Walker:
             callee = self.ev(func)
         else:
             callee = UNKNOWN
+        if callee.kind is Kind.MODULE and callee.module_class is None and callee.project_class is None:
+            given = [v if v.kind is Kind.MODULE else Val(Kind.MODULE) for a, v in args if a.keyword is None
+                     and (v.kind is Kind.MODULE or (isinstance(a.value, (cst.Name, cst.Attribute))
+                                                    and looks_like_module(dotted(a.value) or "")))]
+            if given:
+                # Named like a module only (`post_patch_model`, `dispatch.patch_peft_model`) and
+                # given a model: a function that prepares the model and hands it back, as
+                # unsloth's loaders do; no module takes another module as its input.
+                return given[0]
         if callee.kind is Kind.MODULE:  # calling a module: its output is graph-attached
             # (a tensor only assumed, unless the module is one of torch's losses: see _loss_module)
             output = tensor(*positional, Val(graph=True, origin=callee.origin)).with_(assumed=not callee.one_element,

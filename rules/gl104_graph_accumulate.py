@@ -319,6 +319,43 @@ class Perplexity(Metric):
     def update(self, preds, target):
         self.total += self.loss_fn(preds, target)
 """,
+        # A function named like a module but given the model (unsloth's patch_peft_model) prepares
+        # the model and returns it: no module output, so the caches rebuilt at load time hold no graph.
+        """
+import torch
+from .llama import FastLlamaModel
+def fix_cache(model):
+    for name, module in model.named_modules():
+        emb = torch.outer(torch.arange(8.0), module.inv_freq)
+        for i in range(len(module.cached)):
+            if module.cached[i] is not None:
+                module.cached[i] = (emb.cos() * module.scale).half()
+    return model
+def load(name):
+    dispatch_model = FastLlamaModel
+    model, tokenizer = dispatch_model.from_pretrained(name)
+    model = dispatch_model.patch_peft_model(model, True)
+    return fix_cache(model)
+def train(model, loader, opt):
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+""",
+        # An auxiliary loss added into the loss of the output this forward's call just made
+        # (peft's shadow tuner, MoE routers): a new object every call, chaining nothing across steps.
+        """
+import torch.nn as nn
+class WithAux(nn.Module):
+    def __init__(self, model, head):
+        super().__init__()
+        self.model = model
+        self.head = head
+    def forward(self, labels, **kwargs):
+        output = self.model(**kwargs)
+        if labels is not None:
+            output.loss = output.loss + 0.1 * self.head(output.hidden_states[-1]).mean()
+        return output
+""",
     )
     INVALID = (
         # PyG's pooling examples: the model (`Net().to(device)`) returns its output and a ratio of
