@@ -31,6 +31,10 @@ class CallSite:
     # The `with` items around it within its function, outermost first (`torch.no_grad()`): the
     # analysis qualifies them, this pass has no imports.
     contexts: tuple[cst.BaseExpression, ...] = ()
+    # On a branch of an `if` (within its function) whose test reads grad mode or whether a tensor
+    # requires grad (`if not torch.is_grad_enabled():`, `if x.requires_grad:`): the code chooses
+    # between its autograd and no-grad paths there.
+    grad_tested: bool = False
 
     @property
     def loop(self) -> cst.For | cst.While | None:
@@ -48,44 +52,45 @@ def collect_call_sites(module: cst.Module) -> list[CallSite]:
 
 def _call_sites_in(statement: cst.CSTNode) -> tuple[CallSite, ...]:
     found: list[CallSite] = []
-    _visit(statement, found, None, None, (), False, ())
+    _visit(statement, found, None, None, (), False, (), False)
     return tuple(found)
 
 
-def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic, contexts) -> None:
+def _visit(node: cst.CSTNode, found: list[CallSite], function, owner, loops, periodic, contexts, tested) -> None:
     # A module-level function, not a closure calling itself: that closure is a reference cycle,
     # and through `found` it would keep the whole tree alive until the cyclic collector ran
     # (tests/test_reference_cycles.py checks that a lint leaves no tree to it).
     kind = type(node)
     if kind is cst.FunctionDef:
         for decorator in node.decorators:
-            _visit(decorator, found, function, owner, loops, periodic, contexts)
-        _visit(node.body, found, node, owner, (), False, ())
+            _visit(decorator, found, function, owner, loops, periodic, contexts, tested)
+        _visit(node.body, found, node, owner, (), False, (), False)
         return
     if kind is cst.ClassDef:
         for child in (*node.bases, *node.keywords, *node.decorators):
-            _visit(child, found, function, owner, loops, periodic, contexts)
-        _visit(node.body, found, function, node, loops, periodic, contexts)
+            _visit(child, found, function, owner, loops, periodic, contexts, tested)
+        _visit(node.body, found, function, node, loops, periodic, contexts, tested)
         return
     if kind is cst.Call:
-        found.append(CallSite(node, function, owner, loops, periodic, contexts))
+        found.append(CallSite(node, function, owner, loops, periodic, contexts, tested))
     if kind is cst.For or kind is cst.While:
         loops, periodic = (*loops, node), False
     if kind is cst.If:
-        _visit(node.test, found, function, owner, loops, periodic, contexts)
+        _visit(node.test, found, function, owner, loops, periodic, contexts, tested)
         inner = periodic or _takes_a_remainder(node.test)
-        _visit(node.body, found, function, owner, loops, inner, contexts)
+        branch = tested or _reads_grad_mode(node.test)
+        _visit(node.body, found, function, owner, loops, inner, contexts, branch)
         if node.orelse is not None:
-            _visit(node.orelse, found, function, owner, loops, inner, contexts)
+            _visit(node.orelse, found, function, owner, loops, inner, contexts, branch)
         return
     if kind is cst.With:
         for item in node.items:
-            _visit(item, found, function, owner, loops, periodic, contexts)
+            _visit(item, found, function, owner, loops, periodic, contexts, tested)
         _visit(node.body, found, function, owner, loops, periodic,
-               (*contexts, *(item.item for item in node.items)))
+               (*contexts, *(item.item for item in node.items)), tested)
         return
     for child in child_nodes(node):
-        _visit(child, found, function, owner, loops, periodic, contexts)
+        _visit(child, found, function, owner, loops, periodic, contexts, tested)
 
 
 def _takes_a_remainder(test: cst.BaseExpression) -> bool:
@@ -93,6 +98,19 @@ def _takes_a_remainder(test: cst.BaseExpression) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return True
+        stack.extend(child_nodes(node))
+    return False
+
+
+_GRAD_MODE_READS = frozenset({"is_grad_enabled", "is_inference_mode_enabled", "requires_grad"})
+
+
+def _reads_grad_mode(test: cst.BaseExpression) -> bool:
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and node.attr.value in _GRAD_MODE_READS:
             return True
         stack.extend(child_nodes(node))
     return False

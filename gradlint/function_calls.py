@@ -31,13 +31,19 @@ class DirectForwardCall:
 
 def direct_forward_calls(model: FileModel) -> list[DirectForwardCall]:
     """In document order; calls inside the Function itself or a subclass (composing its own
-    forward) are left out."""
+    forward) are left out, and so are calls on a branch that tests grad mode."""
     found = []
     for site in model.call_sites:
         name = model.function_class_call(site.call, "forward")
         if name is None:
             continue
         if site.owner_class is not None and name in model.ancestors(site.owner_class.name.value):
+            continue
+        if site.grad_tested:
+            # The code picks its no-grad path there (unsloth's decode fast path, under `if not
+            # (torch.is_grad_enabled() and X.requires_grad):`): skipping apply's cost is the point.
+            # Under `with torch.no_grad()` alone it is still reported: nothing shows the result
+            # is never differentiated, and forward(None, ...) breaks once forward uses ctx.
             continue
         found.append(DirectForwardCall(site.call, name, _apply_instead(site.call)))
     return found

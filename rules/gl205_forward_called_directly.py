@@ -20,7 +20,8 @@ class ForwardCalledDirectly(Rule):
 Flags `MyFn.forward(...)` (`MyFn.forward(None, x)`, `MyFn.forward(ctx, x)`) where `MyFn` is an
 autograd Function defined in the same file, outside `MyFn`'s own class and its subclasses (which
 may compose their base's forward). Calling another Function's forward from inside a Function
-bypasses that Function's backward too.
+bypasses that Function's backward too. Not flagged on a branch of an `if` that tests grad mode
+or `requires_grad`: the code chooses its no-grad fast path there, skipping apply's per-call cost.
 
 ## Why is this bad?
 Measured on torch 2.13: `F.forward(None, x)` raises nothing and returns a tensor whose `grad_fn`
@@ -55,6 +56,23 @@ class Child(Base):
         return Base.forward(ctx, x) + 1
 y = Child.apply(x)
 z = model.forward(x)
+""",
+        # A no-grad fast path (unsloth's FP8 linear): nothing to differentiate, so no backward is bypassed.
+        """
+import torch
+class QuantLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(weight)
+        return x @ weight.t()
+    @staticmethod
+    def backward(ctx, grad):
+        (weight,) = ctx.saved_tensors
+        return grad @ weight, None
+def quant_linear(x, weight):
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return QuantLinear.forward(None, x, weight)
+    return QuantLinear.apply(x, weight)
 """,
     )
     INVALID = (
