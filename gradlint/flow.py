@@ -896,8 +896,12 @@ class Walker:
         # The first pass ran with what the names held before the loop. A name the body reads that
         # comes back graph-attached (`x = self.layers[i](x)`) holds a graph in every later pass:
         # walk the body again from there, and keep that pass's events.
+        # (A tensor the body writes through an alias, `ret = obj if k else eff; ret[i] = h`, is
+        # the alias's tensor: the same binding.)
+        named = self.model.names_in(node.body)
+        written = {self.env[name].binding for name in named if name in self.env} - {None}
         grown = {name for name, value in self.env.items() if value.holds_graph()
-                 and not (before.get(name) or UNKNOWN).holds_graph() and name in self.model.names_in(node.body)}
+                 and not (before.get(name) or UNKNOWN).holds_graph() and (name in named or value.binding in written)}
         if grown and self._rewalks < self.MAX_REWALKS:
             del self.walk.events[start:]
             self.env = {**before, **{name: self.env[name] for name in grown}}
@@ -1091,6 +1095,15 @@ class Walker:
                 name = target.value.value
                 self.walk.events.append(NameStore(self._where(line), name, self.scope_of(name), value,
                                                   augmented=True, chained=True))
+                # and from here on the tensor carries the value's graph (CopySlices, measured on
+                # torch 2.13: `o = torch.empty(4, 3); o[0] = w * 2` gives o a grad_fn), as does
+                # every name bound to the same tensor (theseus fills a fresh poses tensor so)
+                if container.kind is Kind.TENSOR and not container.graph:
+                    written = container.with_(graph=True, origin=container.origin or value.origin)
+                    for alias, held in list(self.env.items()):
+                        if alias == name or (container.binding is not None and held.binding == container.binding):
+                            self.env[alias] = written.with_(reads=held.reads | value.reads)
+                            self._note_binding(alias, self.env[alias])
             elif line is not None and isinstance(target.value, cst.Attribute) and value.holds_graph():
                 # `self.protos[c] = f`: a tensor written in place takes the value's graph into its
                 # grad_fn (CopySlices), on top of what the last write left: an update from itself.

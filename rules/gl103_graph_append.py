@@ -556,6 +556,29 @@ def forward_all(layers, x):
 """,
     )
     INVALID = (
+        # A fresh tensor filled with the model's output through slice writes carries its graph
+        # (CopySlices), through an alias too (theseus's poses helper); the caller keeps its rows.
+        Invalid("""
+import torch
+def poses(values, steps):
+    obj = torch.empty(4, steps, 3)
+    eff = torch.empty(4, steps, 3)
+    for key in ["obj", "eff"]:
+        ret = obj if key == "obj" else eff
+        for t in range(steps):
+            ret[:, t, :2] = values[t][:, 0:2]
+    return obj, eff
+def train(model, loader, opt, steps):
+    kept = []
+    for x, y in loader:
+        obj, eff = poses(model(x), steps)
+        loss = (obj - y).norm()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        kept.extend([p for p in obj])
+    return kept
+""", ("kept.extend([p for p in obj])",)),
         # The caller's list, kept across the training loop this def runs itself.
         Invalid("""
 def train(model, loader, optimizer, history):
