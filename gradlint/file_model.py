@@ -1483,37 +1483,54 @@ class FileModel:
         # The file's top-level defs and its classes' methods, by name: a def only `with
         # torch.no_grad():` code of the file calls (torchao's get_batched_output, a batched
         # inference helper) runs with grad off as such a method does.
-        defs: dict[str, list[cst.FunctionDef]] = {}
+        defs: dict[str, list[tuple[cst.FunctionDef, str | None]]] = {}  # with the class of a method
         for name, function in self.functions.items():
-            defs.setdefault(name, []).append(function)
+            defs.setdefault(name, []).append((function, None))
         for info in self._top_classes_by_name.values():
             grad_off = self.framework_methods(info, api.GRAD_OFF_METHODS)
             for name, method in info.methods.items():
-                defs.setdefault(name, []).append(method)
+                defs.setdefault(name, []).append((method, info.node.name.value))
                 if name in grad_off:
                     off.add(id(method))
-        callers: dict[str, list[int]] = {}
+        # Each caller, and the class of the method it is when it calls the name only on its self:
+        # that call reaches the name's def in its own class hierarchy only (speechbrain's greedy
+        # searcher's forward_step, run by the base's @torch.no_grad() forward, is no beam
+        # searcher's, whose forward runs with grad on).
+        callers: dict[str, list[tuple[int, str | None]]] = {}
         # A call inside `with torch.no_grad():` is a caller with grad off, whatever the def it is in.
         off.add(_OFF_BLOCK)
-        for function, _, _ in self._all_functions:
+        for function, owner, _ in self._all_functions:
+            scan = self.prescan(function)
             if self.decorated_no_grad(function):
                 off.add(id(function))
-            for called, grad_on in self._calls_of(self.prescan(function), defs.keys() - {function.name.value}):
-                callers.setdefault(called, []).append(id(function) if grad_on else _OFF_BLOCK)
+            for called, grad_on in self._calls_of(scan, defs.keys() - {function.name.value}):
+                on_self = owner.node.name.value if owner is not None and called in scan.called_on_self else None
+                callers.setdefault(called, []).append((id(function) if grad_on else _OFF_BLOCK, on_self))
         for called, grad_on in self._calls_of(self.prescan(self.module), defs.keys()):
-            callers.setdefault(called, []).append(id(self.module) if grad_on else _OFF_BLOCK)
+            callers.setdefault(called, []).append((id(self.module) if grad_on else _OFF_BLOCK, None))
+        related = self._related_classes()
         result: set[int] = set()
         changed = True
         while changed:
             changed = False
             for name, calling in callers.items():
-                if all(c in off for c in calling):
-                    for method in defs[name]:
-                        if id(method) not in off:
-                            off.add(id(method))
-                            result.add(id(method))
-                            changed = True
+                for method, owner in defs[name]:
+                    reaching = [c for c, cls in calling if cls is None or owner is None or (cls, owner) in related]
+                    if reaching and all(c in off for c in reaching) and id(method) not in off:
+                        off.add(id(method))
+                        result.add(id(method))
+                        changed = True
         return result
+
+    def _related_classes(self) -> set[tuple[str, str]]:
+        """Pairs of this file's classes one instance may be both of (a class is itself, a base or a
+        subclass of the other, or some class of the file inherits from both): a method's call on
+        its self may reach the other's method of that name."""
+        pairs: set[tuple[str, str]] = set()
+        for info in self._classes:
+            lineage = self.ancestors(info.node.name.value)
+            pairs.update((a, b) for a in lineage for b in lineage)
+        return pairs
 
     def _calls_of(self, scan: Prescan, names) -> Iterator[tuple[str, bool]]:
         """Each of `names` the scanned code calls, and whether some call of it may run with grad

@@ -114,6 +114,12 @@ class Prescan:
         # contexts through the file's imports, which this pass does not have).
         self.called_outside_with: set[str] = set()
         self.called_in_with: dict[str, list[tuple[cst.With, ...]]] = {}
+        # Names only ever called as a method of the def's first parameter (`self.forward_step(...)`):
+        # such a call reaches that method of the caller's own class hierarchy, no other class's.
+        first = root.params.params[0].name.value if isinstance(root, cst.FunctionDef) and root.params.params else None
+        self._first_param = first
+        self._called_otherwise: set[str] = set()
+        self.called_on_self: set[str] = set()
         self._withs: list[cst.With] = []
         self.applies = False  # calls some `X.apply(...)` (GL206 asks the walk what it passes)
         # Names checked to be int64 where a wrong dtype stops the code: `assert idx.dtype ==
@@ -347,6 +353,8 @@ class Prescan:
         func = node.func
         if isinstance(func, cst.Name):
             self._called(func.value)
+            self._called_otherwise.add(func.value)
+            self.called_on_self.discard(func.value)
         callee = func.value if isinstance(func, cst.Name) else (
             func.value.value if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name) else None)
         if callee is not None and not any(a.star for a in node.args):
@@ -374,6 +382,12 @@ class Prescan:
         if isinstance(func, cst.Attribute):
             method = func.attr.value
             self._called(method)
+            if self._first_param is not None and isinstance(func.value, cst.Name) \
+                    and func.value.value == self._first_param and method not in self._called_otherwise:
+                self.called_on_self.add(method)
+            else:
+                self._called_otherwise.add(method)
+                self.called_on_self.discard(method)
             if method in STORING_METHODS:
                 self.stores = True
             elif method == "clear":

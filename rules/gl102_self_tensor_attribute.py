@@ -224,6 +224,35 @@ class Norm(nn.Module):
 """,
     )
     INVALID = (
+        # A method called on self reaches its own class hierarchy's def only: the greedy searcher's
+        # forward_step runs from its base's @torch.no_grad() forward (quiet), the beam searcher's
+        # from a forward with grad on (speechbrain's decoders).
+        Invalid("""
+import torch
+from torch import nn
+class Searcher(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+class GreedySearcher(Searcher):
+    @torch.no_grad()
+    def forward(self, x):
+        for _ in range(3):
+            x = self.forward_step(x)
+        return x
+class CachedGreedySearcher(GreedySearcher):
+    def forward_step(self, x):
+        out = self.proj(x)
+        self.cache = out
+        return out
+class BeamSearcher(Searcher):
+    def forward(self, x):
+        return self.forward_step(x)
+    def forward_step(self, x):
+        out = self.proj(x)
+        self.last = out
+        return out
+""", ("self.last = out",)),
         # A cache another method empties every round (speechbrain's attention, reset() per batch):
         # per-round state that holds the round's graph until the next.
         Invalid("""
