@@ -1698,8 +1698,11 @@ class Walker:
                 # nn.Module's register_buffer, register_forward_pre_hook, ...: None or a handle,
                 # whatever `forward_` in the name suggests (torch's fsdp keeps the handles in lists)
                 return UNKNOWN
-            if method != "forward" and (receiver.module_class is not None or receiver.project_class is not None):
-                return None  # its class's own method is walked (_own_method), else _module_method guesses
+            if receiver.module_class is not None or (method != "forward" and receiver.project_class is not None):
+                # its class's own method is walked (_own_method), else _module_method guesses; so is
+                # `self.forward(...)` of a class of this file (unsloth's RoPE table module calls its
+                # own forward, which computes from a buffer and arange: no graph)
+                return None
             return self._module_method(method, positional)
         if method in api.PREPARING_METHODS and positional and receiver.kind is Kind.UNKNOWN \
                 and not any(a.keyword is not None for a, _ in args):

@@ -205,6 +205,35 @@ class RandomMix(nn.Module):
         self._params = self.forward_parameters(x.shape)
         return self.apply_mix(x, self._params)
 """,
+        # A module calling its own forward (unsloth's RoPE tables): that forward, walked, computes
+        # from a buffer and arange, so the cached tables hold no graph.
+        """
+import torch
+from torch import nn
+class RopeTables(nn.Module):
+    def __init__(self, bands):
+        super().__init__()
+        self.register_buffer("bands", bands)
+        self._tables = {}
+    def forward(self, length):
+        t = torch.arange(length).float()
+        return torch.outer(t, self.bands)
+    def tables(self, length, device):
+        key = (int(length), device)
+        hit = self._tables.get(key)
+        if hit is not None:
+            return hit
+        rope = self.forward(length)
+        entry = self._tables[key] = (rope.cos(), rope.sin())
+        return entry
+class Model(nn.Module):
+    def __init__(self, bands):
+        super().__init__()
+        self.rope = RopeTables(bands)
+        self.lin = nn.Linear(8, 8)
+    def forward(self, x):
+        return self.lin(x) * self.rope.tables(x.shape[1], x.device)[0]
+""",
         # register_parameter(name, None) registers None: the counter is the int64 buffer the
         # other branch registers (speechbrain's quaternion batch norm).
         """
