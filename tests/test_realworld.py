@@ -58,10 +58,12 @@ def test_the_corpus_is_big_enough_and_holds_real_problems(labelled):
     with_positive = {(x.package, x.version, x.path) for x in positives}
     assert len({x.package for x in labels}) >= 15
     assert len(files) >= 50 and len(labels) >= 600 and len(positives) >= 60
-    # Files labelled for the problems they hold, and clean training code beside them: a clean
-    # file can only cost precision (the L files, chosen by their text alone, showed three false
-    # alarms), never raise a score, so they may be many, but not most of the corpus.
-    assert len(with_positive) * 5 >= len(files) * 2, "files with a real problem should be at least 40%"
+    # Files labelled for the problems they hold, and clean code beside them: a clean file can
+    # only cost precision (the L files, chosen by their text alone, showed three false alarms),
+    # never raise a score. Real library code is mostly clean (of 45 files chosen by their text
+    # alone on 2026-12-06, 9 held a problem), so clean files may be many; a third of the files
+    # holding a problem keeps recall measured on more than a handful of projects.
+    assert len(with_positive) * 3 >= len(files), "files with a real problem should be at least a third"
 
 
 def test_precision_per_family_and_recall_hold_their_floors(labelled, findings):
