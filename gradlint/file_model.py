@@ -1000,9 +1000,29 @@ class FileModel:
         """A forward input: a tensor unless the code shows it is a Python scalar; an int64 one
         when forward checks it is (`assert idx.dtype == torch.long`)."""
         value = self._input_value(param, scan)
-        if param.name.value in scan.int64_pins and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
+        if param.name.value in self._int64_pins(scan) and value.kind in (Kind.TENSOR, Kind.UNKNOWN):
             return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
         return value
+
+    def _int64_pins(self, scan: Prescan, depth: int = 0) -> set[str]:
+        """The names code checks to be int64 where a wrong dtype stops it: its own checks, and the
+        names it passes where a def of this file checks its parameter so (liger's forward calls
+        `_validate_inputs(x, weight, target, ...)`, which raises unless target is int64)."""
+        pins = set(scan.int64_pins)
+        if depth > self.MAX_HELPER_DEPTH:
+            return pins
+        for callee, positional, keywords in scan.name_calls:
+            target = self.functions.get(callee)
+            if target is None or target is scan.root:
+                continue
+            inner = self._int64_pins(self.prescan(target), depth + 1)
+            if not inner:
+                continue
+            target_params = [p.name.value for p in (*target.params.posonly_params, *target.params.params)]
+            target_params = target_params[leading_params(target):]
+            pins.update(name for name, param in zip(positional, target_params) if name and param in inner)
+            pins.update(name for keyword, name in keywords if keyword in inner)
+        return pins
 
     def _pinned(self, function: AutogradFunction, position: int, value: Val) -> Val:
         if value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not value.int64 and self.pinned_by_callers(function, position):
@@ -1054,7 +1074,7 @@ class FileModel:
             value = args[position].value
             caller = around.get(id(call))
             pinned = isinstance(value, cst.Name) and caller is not None and (
-                value.value in self.prescan(caller).int64_pins or self._declared_int64(caller, value.value))
+                value.value in self._int64_pins(self.prescan(caller)) or self._declared_int64(caller, value.value))
             if not (pinned or self._makes_int64(value) or self._applied_int64(call, caller, position)):
                 return False
         return True

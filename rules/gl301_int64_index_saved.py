@@ -28,7 +28,7 @@ Flags an index tensor that is certainly int64 (`.long()`, `.to(torch.int64)`,
 `randint` below int32's range, `arange` with integer arguments, or a tensor forward hands to a
 def of the file that declares the parameter `torch.LongTensor`) saved for backward with
 `ctx.save_for_backward` or kept on a ctx attribute. An index that arrives as a forward input is reported only when the file
-pins it to int64: forward checks it (`assert index.dtype == torch.long`, a check call such as
+pins it to int64: forward (or a def of the file forward passes it to) checks it (`assert index.dtype == torch.long`, a check call such as
 `torch._check(index.dtype == torch.int64)`, `if index.dtype != torch.long: raise ...`), annotates
 it `torch.LongTensor`, or every call of the Function's apply in the file (by `Fn.apply` or a
 name bound to it, `index_first_axis = IndexFirstAxis.apply`) passes one made int64 (`.long()`,
@@ -75,6 +75,25 @@ class DropoutLayerNorm(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A helper of the file that forward calls raises unless the target is int64 (liger's
+        # _validate_inputs): the index saved for backward is int64 for certain.
+        Invalid("""
+import torch
+def _validate_inputs(x, target):
+    if target.dtype != torch.int64:
+        raise TypeError("target must be an int64 tensor")
+class ScaledCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, target):
+        _validate_inputs(x, target)
+        lse = torch.logsumexp(x, dim=-1)
+        ctx.save_for_backward(x, target, lse)
+        return (lse - x.gather(1, target[:, None]).squeeze(1)).mean()
+    @staticmethod
+    def backward(ctx, grad):
+        x, target, lse = ctx.saved_tensors
+        return grad * (torch.softmax(x, -1) - torch.nn.functional.one_hot(target, x.shape[-1])) / x.shape[0], None
+""", ("ctx.save_for_backward(x, target, lse)",)),
         # Every caller passes an index its own code makes int64, through an alias of apply.
         Invalid("""
 import torch
