@@ -1137,10 +1137,15 @@ class FileModel:
 
     def kernel_writes(self, function: cst.FunctionDef) -> frozenset[str]:
         """The parameters a Triton kernel of this file writes through (`tl.store(q_ptr + offs,
-        v)`, an atomic): launching it changes the tensors passed there in place."""
+        v)`, an atomic), or a cuTile kernel writes into (`ct.store(Q, index=..., tile=t)`,
+        `ct.scatter(Q, idx, v)`): launching it changes the tensors passed there in place."""
         params = {p.name.value for p in all_params(function)}
         return frozenset(base for alias, base in self.prescan(function).pointer_writes
-                         if base in params and self._triton(alias))
+                         if base in params and (self._triton(alias) or self._cutile(alias)))
+
+    def _cutile(self, alias: str) -> bool:
+        head, _, rest = alias.partition(".")
+        return self.imports.aliases.get(head, head) + (f".{rest}" if rest else "") == "cuda.tile"
 
     def imported_atomic_kernel(self, name: str) -> str | None:
         """Where the Triton kernel this file imports as `name` is defined (`ops/kernels.py:12`),

@@ -259,19 +259,27 @@ class _ForwardScan:
         (`_rope_kernel[grid](q, ...)` with `tl.store(q_ptr + offs, v)`): the launch changes it in
         place (liger's M-RoPE rotates `q.transpose(1, 2).contiguous()`, q itself when contiguous)."""
         func = call.func
-        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name)) \
-                or any(arg.star for arg in call.args):
+        if any(arg.star for arg in call.args):
             return
-        kernel = self.model.functions.get(func.value.value)
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
+            name, args, language = func.value.value, list(call.args), "Triton"
+        elif self.model.imports.qualify(func) == "cuda.tile.launch" and len(call.args) == 4 \
+                and isinstance(call.args[2].value, cst.Name) and isinstance(call.args[3].value, cst.Tuple):
+            # `ct.launch(stream, grid, kernel, (q, k, ...))`: the tuple is the kernel's arguments
+            name, language = call.args[2].value.value, "cuTile"
+            args = [cst.Arg(element.value) for element in call.args[3].value.elements
+                    if isinstance(element, cst.Element)]
+        else:
+            return
+        kernel = self.model.functions.get(name)
         written = self.model.kernel_writes(kernel) if kernel is not None else frozenset()
         if not written:
             return
-        param_of = {id(arg): param for param, arg in arguments_by_param(kernel, call.args).items()}
-        for arg in call.args:
+        param_of = {id(arg): param for param, arg in arguments_by_param(kernel, args).items()}
+        for arg in args:
             found = self.root(arg.value, live) if param_of.get(id(arg)) in written else None
             if found is not None:
-                self.mutations.append(_Mutation(call, found[0], found[1], "call",
-                                                f"the Triton kernel {func.value.value}"))
+                self.mutations.append(_Mutation(call, found[0], found[1], "call", f"the {language} kernel {name}"))
 
     def helper_writes(self, call: cst.Call, live: dict[str, str]) -> None:
         """An input handed to a def that changes that parameter in place: a def nested in forward,

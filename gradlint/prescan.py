@@ -513,12 +513,15 @@ def _text(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-# Triton's functions whose first argument is a pointer (a tensor at the launch).
+# Triton's functions whose first argument is a pointer (a tensor at the launch), and cuTile's
+# (cuda.tile) whose first argument is the array (`ct.store(Q, index=..., tile=t)`,
+# `ct.scatter(Q, indices, v)`): a tensor at `ct.launch` too.
 _POINTER_FUNCTIONS = frozenset({"load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg",
-                                "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "make_block_ptr"})
+                                "atomic_cas", "atomic_and", "atomic_or", "atomic_xor", "make_block_ptr",
+                                "gather", "scatter"})
 # Of those, the ones that write where the pointer points.
 _POINTER_WRITES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
-                             "atomic_and", "atomic_or", "atomic_xor"})
+                             "atomic_and", "atomic_or", "atomic_xor", "scatter"})
 
 
 # Who runs backward for the caller: accelerate, Fabric, DeepSpeed's engine, Lightning's strategy.

@@ -19,7 +19,8 @@ class InplaceInputWithoutMarkDirty(Rule):
 Flags an in-place change to a forward input of an autograd Function (`x.add_(...)`, any in-place
 tensor method, `x[...] = v`, `x += v`, `torch.relu_(x)`, `F.relu(x, inplace=True)`,
 `torch.add(a, b, out=x)`, a Triton kernel of the file launched on it that stores through that
-pointer (`tl.store(x_ptr + offs, v)`), also through an alias or a view such as `x[:, :3]`,
+pointer (`tl.store(x_ptr + offs, v)`) or a cuTile kernel launched on it with `ct.launch` that
+writes into it (`ct.store(X, ...)`, `ct.scatter(X, ...)`), also through an alias or a view such as `x[:, :3]`,
 `x.view(-1)` or `x.contiguous()`, which is `x` itself when `x` is contiguous already)
 when forward does not call `ctx.mark_dirty(x)` (for a `setup_context`-style Function: when
 `setup_context` does not). The change may be made by a def forward hands the input to (nested in
@@ -163,6 +164,27 @@ class Blend(torch.autograd.Function):
 """,
     )
     INVALID = (
+        # A cuTile kernel of the file writes into the array it is launched with (liger's cuTile
+        # RoPE rotates q and k in place through ct.launch).
+        Invalid("""
+import cuda.tile as ct
+import torch
+@ct.kernel
+def _rope_kernel(Q, COS, TILE: ct.Constant[int]):
+    row = ct.bid(0)
+    q = ct.load(Q, index=(row, 0), shape=(1, TILE))
+    ct.store(Q, index=(row, 0), tile=q * ct.load(COS, index=(row, 0), shape=(1, TILE)))
+class Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, cos):
+        ct.launch(torch.cuda.current_stream(), (q.shape[0],), _rope_kernel, (q, cos, q.shape[1]))
+        ctx.save_for_backward(cos)
+        return q
+    @staticmethod
+    def backward(ctx, dq):
+        (cos,) = ctx.saved_tensors
+        return dq * cos, None
+""", ("ct.launch(torch.cuda.current_stream(), (q.shape[0],), _rope_kernel, (q, cos, q.shape[1]))",)),
         # `.contiguous()` of a contiguous tensor is the tensor itself: sub_ changes the input.
         Invalid("""
 import torch
