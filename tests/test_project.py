@@ -113,6 +113,35 @@ def test_a_change_to_an_imported_module_rechecks_the_files_that_rest_on_it(tmp_p
     assert run().files_cached == fourth.files_checked
 
 
+def test_torchs_own_base_classes_are_not_walked_into(tmp_path: Path):
+    """Linting torch's own sources, a Module subclass's `self.parameters()` is not followed into
+    module.py: an edit of class Module checks only module.py again, not every subclass (the
+    bench's one-class-edited measure went from 2 files to 20 while they were followed)."""
+    from gradlint.check import CheckRequest, run_check
+
+    root = tmp_path / "torch"
+    (root / "nn").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "nn" / "__init__.py").write_text("from .module import Module\n")
+    (root / "nn" / "module.py").write_text(
+        "class Module:\n    def parameters(self):\n        return iter(self._params)\n")
+    for name in ("linear", "conv"):
+        (root / "nn" / f"{name}.py").write_text(
+            "import torch\nfrom .module import Module\n\n\nclass Layer(Module):\n"
+            "    def forward(self, x):\n        self.count = len(list(self.parameters()))\n        return x\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.gradlint]\n")
+
+    def run():
+        return run_check(CheckRequest(paths=[root], jobs=1))
+
+    first = run()
+    module = root / "nn" / "module.py"
+    module.write_text(module.read_text().replace("class Module:", "class Module:  # edited"))
+    again = run()
+    assert again.findings == first.findings
+    assert again.files_checked - again.files_cached == 1  # module.py alone
+
+
 def test_findings_that_rest_on_another_file_name_it():
     """The message says which def of which file the finding rests on, at the line that file has it."""
     messages = {}
