@@ -125,6 +125,7 @@ class FileModel:
         self._cut: list[bool] = []  # per call under way: whether a callee's result was cut off
         self._calls_under_way: list[int] = []  # the defs being walked for a call's result
         self._tensor_params: dict[int, frozenset[str]] = {}
+        self._int64_pinned: dict[int, frozenset[str]] = {}  # see _int64_pins
         self._int64_outputs: dict[str, bool] = {}
         self._class_attributes: dict[str, dict[str, Val]] = {}
         self._trained_in: dict[int, set[str]] = {}
@@ -1007,25 +1008,37 @@ class FileModel:
             return value.with_(kind=Kind.TENSOR, int64=True, is_input=True)
         return value
 
-    def _int64_pins(self, scan: Prescan, depth: int = 0) -> set[str]:
+    def _int64_pins(self, scan: Prescan, depth: int = 0) -> frozenset[str]:
         """The names code checks to be int64 where a wrong dtype stops it: its own checks, and the
         names it passes where a def of this file checks its parameter so (liger's forward calls
         `_validate_inputs(x, weight, target, ...)`, which raises unless target is int64)."""
-        pins = set(scan.int64_pins)
-        if depth > self.MAX_HELPER_DEPTH:
-            return pins
+        found = self._int64_pinned.get(id(scan.root)) if depth == 0 else None
+        if found is not None:  # forward asks once per input, callers once per apply argument
+            return found
+        pins = frozenset(scan.int64_pins)
+        if depth <= self.MAX_HELPER_DEPTH:
+            pins |= self._passed_as(scan, lambda target: self._int64_pins(self.prescan(target), depth + 1))
+        if depth == 0:
+            self._int64_pinned[id(scan.root)] = pins
+        return pins
+
+    def _passed_as(self, scan: Prescan, wanted: Callable[[cst.FunctionDef], Iterable[str]]) -> set[str]:
+        """The names the scanned code passes, by position or keyword, to a def of this file at one
+        of the parameters `wanted(def)` names (a helper's use of its parameter says what the caller
+        passed there: tensor_params, _int64_pins)."""
+        found: set[str] = set()
         for callee, positional, keywords in scan.name_calls:
             target = self.functions.get(callee)
             if target is None or target is scan.root:
                 continue
-            inner = self._int64_pins(self.prescan(target), depth + 1)
+            inner = wanted(target)
             if not inner:
                 continue
             target_params = [p.name.value for p in (*target.params.posonly_params, *target.params.params)]
             target_params = target_params[leading_params(target):]
-            pins.update(name for name, param in zip(positional, target_params) if name and param in inner)
-            pins.update(name for keyword, name in keywords if keyword in inner)
-        return pins
+            found.update(name for name, param in zip(positional, target_params) if name and param in inner)
+            found.update(name for keyword, name in keywords if keyword in inner)
+        return found
 
     def _pinned(self, function: AutogradFunction, position: int, value: Val) -> Val:
         if value.kind in (Kind.TENSOR, Kind.UNKNOWN) and not value.int64 and self.pinned_by_callers(function, position):
@@ -1192,17 +1205,7 @@ class FileModel:
         names |= {name for module, name in scan.pointer_uses
                   if (self.imports.aliases.get(module.split(".")[0], "") + module[len(module.split(".")[0]):])
                   .startswith("triton.language")}
-        for callee, positional, keywords in scan.name_calls:
-            target = self.functions.get(callee)
-            if target is None or target is function:
-                continue
-            inner = self.tensor_params(target, depth + 1)
-            if not inner:
-                continue
-            target_params = [p.name.value for p in (*target.params.posonly_params, *target.params.params)]
-            target_params = target_params[leading_params(target):]
-            names.update(name for name, param in zip(positional, target_params) if name and param in inner)
-            names.update(name for keyword, name in keywords if keyword in inner)
+        names |= self._passed_as(scan, lambda target: self.tensor_params(target, depth + 1))
         # An annotation says what the def accepts: `block_counts: torch.LongTensor | int` may be an int
         # whatever a branch of the body does with it.
         declared = {p.name.value: annotated_value(p.annotation.annotation, self.imports).kind
